@@ -1,0 +1,44 @@
+"""Feed-forward wavefunction."""
+
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from models.common import check_param_dtype, log_cosh, normal
+from runner.errors import ConfigError
+
+
+class MLP(nn.Module):
+    """log psi(s) = sum over the last layer of log cosh(Dense(...log cosh(Dense(s))...))."""
+
+    hidden: Sequence[int] = (16,)
+    """Widths of the hidden layers (at least one)."""
+    param_dtype: Any = jnp.float64
+    """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
+
+    holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
+
+    def __post_init__(self):
+        widths = list(self.hidden) if isinstance(self.hidden, (list, tuple)) else None
+        if not widths or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+            raise ConfigError("hidden", f"must be a non-empty list of positive integers (got {self.hidden!r})")
+        object.__setattr__(self, "hidden", tuple(widths))
+        check_param_dtype(self.param_dtype)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, sigma_xN):
+        x = sigma_xN.astype(self.param_dtype)
+        for width in self.hidden:
+            scale = 1.0 / jnp.sqrt(x.shape[-1])
+            x = log_cosh(
+                nn.Dense(
+                    width,
+                    param_dtype=self.param_dtype,
+                    dtype=self.param_dtype,
+                    kernel_init=normal(float(scale)),
+                    bias_init=normal(0.01),
+                )(x)
+            )
+        return jnp.sum(x, axis=-1)

@@ -1,0 +1,49 @@
+"""Restricted Boltzmann machine wavefunction."""
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from models.common import check_param_dtype, log_cosh, normal
+from runner.errors import ConfigError
+
+
+class RBM(nn.Module):
+    """log psi(s) = a.s + sum_j log cosh(b_j + W_j.s), with alpha*N hidden units."""
+
+    alpha: float = 1.0
+    """Hidden-unit density: the number of hidden units is round(alpha * N)."""
+    use_visible_bias: bool = True
+    """Include the visible bias a."""
+    param_dtype: Any = jnp.float64
+    """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
+
+    holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
+
+    def __post_init__(self):
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha > 0:
+            raise ConfigError("alpha", f"must be a positive number (got {self.alpha!r})")
+        if not isinstance(self.use_visible_bias, bool):
+            raise ConfigError("use_visible_bias", f"must be true or false (got {self.use_visible_bias!r})")
+        check_param_dtype(self.param_dtype)
+        super().__post_init__()
+
+    @nn.compact
+    def __call__(self, sigma_xN):
+        n = sigma_xN.shape[-1]
+        n_hidden = max(1, int(round(self.alpha * n)))
+        x = sigma_xN.astype(self.param_dtype)
+        theta = nn.Dense(
+            n_hidden,
+            param_dtype=self.param_dtype,
+            dtype=self.param_dtype,
+            kernel_init=normal(0.01),
+            bias_init=normal(0.01),
+            name="hidden",
+        )(x)
+        out = jnp.sum(log_cosh(theta), axis=-1)
+        if self.use_visible_bias:
+            a = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
+            out = out + x @ a
+        return out

@@ -1,0 +1,1 @@
+"""vmc-runner: Hydra-configured variational Monte Carlo for neural quantum states in JAX."""

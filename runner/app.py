@@ -1,0 +1,248 @@
+"""One VMC run from a composed config: the only module besides the entry point that sees Hydra."""
+
+import functools
+import json
+import logging
+import math
+import statistics as pystats
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from runner import checkpoint, parallel
+from runner.build import Experiment, build
+from runner.errors import ConfigError
+from runner.exact import ground_energy, wants_exact
+from runner.plot import plot_energy
+from runner.vmc import VMCState, estimate, init_state, vmc_step
+
+log = logging.getLogger(__name__)
+
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+WARMUP_STEPS = 2  # excluded from seconds_per_iter
+
+
+def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
+    """Runs the experiment described by `cfg` in `run_dir` (Hydra's output directory).
+
+    A bad config value prints one sentence and exits with status 2 before anything compiles.
+
+    Returns:
+        The summary dict (also written to summary.json).
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    try:
+        experiment = build(config)
+        parallel.initialize(experiment.parallel, experiment.x64)
+        layout = parallel.make_mesh(experiment.parallel["backend"])
+        parallel.check_chains(experiment.problem.sampler.n_chains, layout)
+    except ConfigError as err:
+        print(f"Config error: {err.sentence()}", file=sys.stderr)
+        sys.exit(2)
+    return execute(experiment, layout, run_dir)
+
+
+def _finite(x):
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _is_writer() -> bool:
+    return jax.process_index() == 0
+
+
+class MetricsLog:
+    """metrics.jsonl, one JSON object per step; truncated to a checkpoint on resume."""
+
+    def __init__(self, path: Path, resume_step: int):
+        self.path = path
+        kept = []
+        if resume_step and path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip() and json.loads(line)["step"] < resume_step:
+                    kept.append(line)
+        if _is_writer():
+            path.write_text("".join(line + "\n" for line in kept))
+        self.records = [json.loads(line) for line in kept]
+
+    def append(self, record: dict):
+        self.records.append(record)
+        if _is_writer():
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def _place_state(problem, settings, layout):
+    """Initial state, created directly with its shardings (chains split, rest replicated)."""
+    sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
+    init = functools.partial(init_state, problem, settings.seed, sigma_N)
+    shardings = parallel.shard_state(jax.eval_shape(init), layout)
+    return jax.jit(init, out_shardings=shardings)(), shardings
+
+
+def _restore(run_dir, state, shardings):
+    loaded, meta = checkpoint.load(run_dir / "checkpoint", state)
+    return jax.tree_util.tree_map(jax.device_put, loaded, shardings), meta
+
+
+def _progress(n_iter, start):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=n_iter, initial=start, disable=None, file=sys.stderr, dynamic_ncols=True)
+
+
+def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> dict:
+    """The run loop: init or resume, step, log, checkpoint, estimate, summarise."""
+    settings, problem = experiment.settings, experiment.problem
+    wall_start = time.perf_counter()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    exact_energy = None
+    if wants_exact(settings.exact, experiment.hilbert):
+        t = time.perf_counter()
+        exact_energy = ground_energy(experiment.hamiltonian, experiment.hilbert)
+        log.info("exact ground energy %.10f (%.1f s)", exact_energy, time.perf_counter() - t)
+
+    state, shardings = _place_state(problem, settings, layout)
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    start = 0
+    if settings.resume and checkpoint.exists(run_dir / "checkpoint"):
+        try:
+            state, meta = _restore(run_dir, state, shardings)
+        except ValueError as err:
+            print(f"Config error: resume found a checkpoint that does not fit this config ({err}); "
+                  "use a new run directory or resume=false.", file=sys.stderr)
+            sys.exit(2)
+        start = int(meta["step"])
+        log.info("resumed from checkpoint at step %d", start)
+    metrics_log = MetricsLog(run_dir / METRICS, start)
+
+    t = time.perf_counter()
+    step_fn = (
+        jax.jit(
+            functools.partial(vmc_step, problem),
+            in_shardings=(shardings,),
+            out_shardings=(shardings, layout.replicated),
+            donate_argnums=0,
+        )
+        .lower(state)
+        .compile()
+    )
+    compile_seconds = time.perf_counter() - t
+
+    status, step_times = "completed", []
+    bar = _progress(settings.n_iter, start)
+    log_every = max(1, settings.n_iter // 10)
+    checkpoint_meta = lambda s: {"step": s, "seed": settings.seed}  # noqa: E731
+    last_good = start
+    for step in range(start, settings.n_iter):
+        t = time.perf_counter()
+        new_state, metrics = step_fn(state)
+        metrics = jax.device_get(metrics)
+        step_times.append(time.perf_counter() - t)
+        record = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
+        record["wall_time"] = time.perf_counter() - wall_start
+        metrics_log.append(record)
+        if record["energy"] is None:
+            status = "failed"
+            log.error("energy is %s at step %d; stopping, last good checkpoint is step %d",
+                      metrics["energy"], step, last_good)
+            break
+        state = new_state
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix_str(f"E={record['energy']:.6f}±{record['energy_error']:.1e} acc={record['acceptance']:.2f}")
+        if (step + 1) % log_every == 0:
+            log.info("step %d  E = %.8f ± %.2e  var %.3e  acc %.2f", step + 1, record["energy"],
+                     record["energy_error"], record["variance"], record["acceptance"])
+        if (step + 1) % settings.checkpoint_every == 0 and step + 1 < settings.n_iter:
+            _save(run_dir, state, checkpoint_meta(step + 1))
+            last_good = step + 1
+    if bar is not None:
+        bar.close()
+
+    final = {}
+    if status == "completed":
+        _save(run_dir, state, checkpoint_meta(settings.n_iter))
+        est = jax.jit(functools.partial(estimate, problem), in_shardings=(shardings,),
+                      out_shardings=(shardings.chains, layout.replicated))
+        _, final = est(state)
+        final = {k: _finite(v) for k, v in jax.device_get(final).items()}
+
+    timed = step_times[WARMUP_STEPS:] or step_times
+    summary = _summary(experiment, layout, status, final, exact_energy, n_params,
+                       pystats.median(timed) if timed else None, compile_seconds,
+                       time.perf_counter() - wall_start, metrics_log.records)
+    if _is_writer():
+        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+        plot_energy(metrics_log.records, exact_energy, run_dir / "energy.png")
+    _report(summary)
+    if status == "failed":
+        sys.exit(1)
+    return summary
+
+
+def _save(run_dir, state, meta):
+    if _is_writer():
+        checkpoint.save(run_dir / "checkpoint", jax.device_get(state), meta)
+
+
+def _summary(experiment, layout, status, final, exact_energy, n_params, seconds_per_iter,
+             compile_seconds, wall_seconds, records):
+    sampler = experiment.problem.sampler
+    energy = final.get("energy")
+    variance = final.get("variance")
+    n_sites = experiment.hilbert.n_sites
+    v_score = n_sites * variance / energy**2 if energy and variance is not None else None
+    rel = abs(energy - exact_energy) / abs(exact_energy) if energy is not None and exact_energy else None
+    return {
+        "status": status,
+        "energy": energy,
+        "energy_error": final.get("energy_error"),
+        "variance": variance,
+        "v_score": v_score,
+        "r_hat": final.get("r_hat"),
+        "tau_corr": final.get("tau_corr"),
+        "acceptance": final.get("acceptance"),
+        "exact_energy": exact_energy,
+        "relative_error": rel,
+        "n_iter": experiment.settings.n_iter,
+        "steps_done": len(records),
+        "n_params": int(n_params),
+        "n_sites": n_sites,
+        "n_samples": sampler.n_samples,
+        "n_chains": sampler.n_chains,
+        "dtype": experiment.dtype_name,
+        "seed": experiment.settings.seed,
+        "backend": experiment.parallel["backend"],
+        "processes": jax.process_count(),
+        "devices": layout.n_devices,
+        "seconds_per_iter": seconds_per_iter,
+        "compile_seconds": compile_seconds,
+        "wall_seconds": wall_seconds,
+    }
+
+
+def _report(summary):
+    lines = [f"status: {summary['status']}"]
+    if summary["energy"] is not None:
+        lines.append(f"energy: {summary['energy']:.10f} ± {summary['energy_error']:.2e}  (V-score {summary['v_score']:.2e})")
+    if summary["exact_energy"] is not None:
+        lines.append(f"exact:  {summary['exact_energy']:.10f}")
+    if summary["relative_error"] is not None:
+        lines.append(f"relative error: {summary['relative_error']:.2e}")
+    if summary["seconds_per_iter"] is not None:
+        lines.append(f"time per iteration: {1e3 * summary['seconds_per_iter']:.2f} ms; compile {summary['compile_seconds']:.2f} s; wall {summary['wall_seconds']:.1f} s")
+    for line in lines:
+        log.info(line)

@@ -1,0 +1,131 @@
+"""Turns the plain-dict experiment config into objects, validating every value first."""
+
+import dataclasses
+import importlib
+import inspect
+from typing import Any
+
+import jax.numpy as jnp
+
+from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
+from runner.hilbert import Hilbert
+from runner.operators import Hamiltonian
+from runner.vmc import Problem
+
+GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
+DTYPES = {
+    "float64": (jnp.float64, True),
+    "float32": (jnp.float32, False),
+    "complex128": (jnp.complex128, True),
+    "complex64": (jnp.complex64, False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Top-level run knobs, read as plain values."""
+
+    seed: int
+    n_iter: int
+    checkpoint_every: int
+    resume: bool
+    exact: Any
+    chunk_size: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """Everything built from a config, before any device or compilation is involved."""
+
+    settings: Settings
+    hilbert: Hilbert
+    hamiltonian: Hamiltonian
+    problem: Problem
+    dtype_name: str
+    x64: bool
+    parallel: dict
+
+
+def _import(target: str):
+    module, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError("_target_", f"{target!r} cannot be imported ({err})") from None
+
+
+def _accepted_keys(fn) -> list[str]:
+    params = inspect.signature(fn).parameters.values()
+    return [p.name for p in params if p.name not in ("self", "parent", "name") and p.kind != p.VAR_KEYWORD]
+
+
+def instantiate(group: str, node: dict, **runtime):
+    """Calls `node['_target_']` with the node's keys as arguments (plus `runtime` ones).
+
+    Keys map one-to-one onto constructor arguments; an unknown key or a bad value becomes a
+    ConfigError naming `group.key`.
+    """
+    node = dict(node)
+    target = node.pop("_target_", None)
+    if target is None:
+        raise ConfigError(f"{group}._target_", "is missing")
+    fn = _import(target)
+    allowed = _accepted_keys(fn)
+    unknown = sorted(set(node) - set(allowed))
+    if unknown:
+        options = ", ".join(k for k in allowed if k not in runtime)
+        raise ConfigError(f"{group}.{unknown[0]}", f"is not a key of {group}; its keys are: {options}")
+    try:
+        return fn(**node, **runtime)
+    except ConfigError as err:
+        raise ConfigError(f"{group}.{err.key}" if not err.key.startswith(group) else err.key, err.message) from None
+
+
+def read_settings(config: dict) -> Settings:
+    seed = require_int("seed", config.get("seed"), minimum=0)
+    n_iter = require_int("n_iter", config.get("n_iter"), minimum=0)
+    checkpoint_every = require_int("checkpoint_every", config.get("checkpoint_every"), minimum=1)
+    resume = require_bool("resume", config.get("resume"))
+    exact = require_choice("exact", config.get("exact"), ("auto", True, False))
+    chunk_size = config.get("chunk_size")
+    if chunk_size is not None:
+        require_int("chunk_size", chunk_size, minimum=1)
+    return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size)
+
+
+def _check_chunk(chunk_size, sampler):
+    if chunk_size is None:
+        return
+    per_chain = sampler.n_samples // sampler.n_chains
+    if chunk_size % sampler.n_chains or per_chain % (chunk_size // sampler.n_chains):
+        raise ConfigError(
+            "chunk_size",
+            f"must be a multiple of sampler.n_chains={sampler.n_chains} that divides "
+            f"sampler.n_samples={sampler.n_samples} evenly per chain (got {chunk_size})",
+        )
+
+
+def build(config: dict) -> Experiment:
+    """Validates the whole config and builds the experiment. Touches no device.
+
+    Raises:
+        ConfigError: naming the first bad key.
+    """
+    missing = [g for g in GROUPS if not isinstance(config.get(g), dict)]
+    if missing:
+        raise ConfigError(missing[0], "is missing from the config")
+    settings = read_settings(config)
+    dtype_name = config["dtype"].get("name")
+    require_choice("dtype", dtype_name, tuple(DTYPES))
+    param_dtype, x64 = DTYPES[dtype_name]
+    hilbert = instantiate("hilbert", config["hilbert"])
+    hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
+    model = instantiate("model", config["model"], param_dtype=param_dtype)
+    sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
+    optimizer_cfg = config["optimizer"]
+    require_number("optimizer.learning_rate", optimizer_cfg.get("learning_rate"), positive=True)
+    optimizer = instantiate("optimizer", optimizer_cfg)
+    precondition = instantiate("preconditioner", config["preconditioner"])
+    _check_chunk(settings.chunk_size, sampler)
+    problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size)
+    return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]))

@@ -1,0 +1,71 @@
+"""Atomic checkpoints of the whole VMC state (one .npz, replaced in a single rename)."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import jax
+import numpy as np
+
+FILENAME = "state.npz"
+
+
+def save(directory, state, meta: dict) -> Path:
+    """Writes `state` (a pytree of arrays) and `meta` to directory/state.npz atomically.
+
+    The file is written to a temporary name in the same directory, flushed to disk and
+    renamed over the old one, so a reader sees either the old or the new checkpoint.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(state)]
+    arrays = {f"leaf_{i:04d}": x for i, x in enumerate(leaves)}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / FILENAME)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return directory / FILENAME
+
+
+def exists(directory) -> bool:
+    return (Path(directory) / FILENAME).is_file()
+
+
+def load(directory, like):
+    """Reads a checkpoint into the structure of `like` (same treedef, shapes and dtypes).
+
+    Returns:
+        (state, meta) with NumPy leaves.
+
+    Raises:
+        ValueError: the checkpoint does not match `like` (a different config).
+    """
+    with np.load(Path(directory) / FILENAME) as data:
+        meta = json.loads(bytes(data["meta"]).decode())
+        leaves_like, treedef = jax.tree_util.tree_flatten(like)
+        n = len([k for k in data.files if k.startswith("leaf_")])
+        if n != len(leaves_like):
+            raise ValueError(f"checkpoint has {n} arrays, the config needs {len(leaves_like)}")
+        leaves = []
+        for i, ref in enumerate(leaves_like):
+            x = data[f"leaf_{i:04d}"]
+            if x.shape != np.shape(ref) or x.dtype != np.asarray(ref).dtype:
+                raise ValueError(
+                    f"checkpoint array {i} is {x.dtype}{list(x.shape)}, the config needs "
+                    f"{np.asarray(ref).dtype}{list(np.shape(ref))}"
+                )
+            leaves.append(x)
+    return jax.tree_util.tree_unflatten(treedef, leaves), meta

@@ -1,0 +1,264 @@
+"""Markov-chain and exact samplers of |psi|^2, written for one global chain axis.
+
+Every chain owns one PRNG key, derived from the seed and its global index, so the samples do
+not depend on how chains are spread over devices or processes. Proposal rules are small
+functions of one chain, batched with `vmap`.
+"""
+
+import dataclasses
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from runner.errors import ConfigError, require_int
+from runner.hilbert import Hilbert, all_states
+
+
+class ChainState(NamedTuple):
+    """State of all chains (leading axis C, sharded over devices)."""
+
+    sigma_CxN: jax.Array  # int8 spins
+    key_C: jax.Array  # uint32 [C, 2], one key per chain
+
+
+# --- proposal rules: (sigma_N, move index) -> proposed sigma_N ---------------------------
+
+
+def flip_site(sigma_N, move):
+    """Local rule: flip the spin on site `move`."""
+    return sigma_N.at[move].multiply(-1)
+
+
+def swap_bond(sigma_N, move, *, bonds):
+    """Exchange rule: swap the two spins of `bonds[move]` (a no-op when they are equal).
+
+    Swapping keeps the number of up spins, so the rule preserves `total_sz`.
+    """
+    bonds = jnp.asarray(bonds)
+    i, j = bonds[move, 0], bonds[move, 1]
+    return sigma_N.at[i].set(sigma_N[j]).at[j].set(sigma_N[i])
+
+
+@dataclasses.dataclass(frozen=True)
+class MetropolisSampler:
+    """Metropolis-Hastings with a symmetric proposal rule.
+
+    Attributes:
+        hilbert: the space sampled.
+        rule: (sigma_N, move) -> proposed sigma_N, for move in [0, n_moves).
+        n_moves: number of distinct moves of the rule, drawn uniformly.
+        n_samples: total samples per call, over all chains.
+        n_chains: total number of chains.
+        n_discard_per_chain: sweeps thrown away at the start of each call.
+        sweep_size: proposals between two recorded samples.
+    """
+
+    hilbert: Hilbert
+    rule: Callable
+    n_moves: int
+    n_samples: int
+    n_chains: int
+    n_discard_per_chain: int
+    sweep_size: int
+
+    @property
+    def samples_per_chain(self) -> int:
+        return self.n_samples // self.n_chains
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactSampler:
+    """Independent draws from the exact |psi|^2 over the enumerated space (small spaces)."""
+
+    hilbert: Hilbert
+    n_samples: int
+    n_chains: int
+
+    @property
+    def samples_per_chain(self) -> int:
+        return self.n_samples // self.n_chains
+
+
+EXACT_SAMPLER_MAX_STATES = 2**16
+
+
+def _check_counts(n_samples, n_chains):
+    require_int("n_chains", n_chains, minimum=1)
+    require_int("n_samples", n_samples, minimum=1)
+    if n_samples % n_chains:
+        raise ConfigError(
+            "n_samples",
+            f"must be a multiple of sampler.n_chains={n_chains} (got {n_samples}); "
+            f"try {max(n_chains, n_samples // n_chains * n_chains)}",
+        )
+    if n_samples // n_chains < 2:
+        raise ConfigError("n_samples", f"must give at least 2 samples per chain (got {n_samples} for {n_chains} chains)")
+
+
+def _metropolis(hilbert, rule, n_moves, n_samples, n_chains, n_discard_per_chain, sweep_size):
+    _check_counts(n_samples, n_chains)
+    if n_discard_per_chain is None:
+        n_discard_per_chain = (n_samples // n_chains) // 10
+    require_int("n_discard_per_chain", n_discard_per_chain, minimum=0)
+    if sweep_size is None:
+        sweep_size = hilbert.n_sites
+    require_int("sweep_size", sweep_size, minimum=1)
+    return MetropolisSampler(
+        hilbert, rule, n_moves, n_samples, n_chains, n_discard_per_chain, sweep_size
+    )
+
+
+def metropolis_local(
+    hilbert: Hilbert,
+    n_samples: int = 1024,
+    n_chains: int = 16,
+    n_discard_per_chain: int | None = None,
+    sweep_size: int | None = None,
+) -> MetropolisSampler:
+    """Metropolis with single spin flips. `n_discard_per_chain` null: a tenth of the samples
+    per chain; `sweep_size` null: the number of sites."""
+    if hilbert.total_sz is not None:
+        raise ConfigError(
+            "sampler",
+            "metropolis_local flips single spins and cannot keep hilbert.total_sz fixed; "
+            "use sampler=metropolis_exchange or hilbert.total_sz=null",
+        )
+    return _metropolis(
+        hilbert, flip_site, hilbert.n_sites, n_samples, n_chains, n_discard_per_chain, sweep_size
+    )
+
+
+def metropolis_exchange(
+    hilbert: Hilbert,
+    n_samples: int = 1024,
+    n_chains: int = 16,
+    n_discard_per_chain: int | None = None,
+    sweep_size: int | None = None,
+) -> MetropolisSampler:
+    """Metropolis with swaps of the two spins on a nearest-neighbour bond (keeps Sz)."""
+    bonds = np.asarray(hilbert.bonds, np.int32)
+    if hilbert.total_sz is None:
+        raise ConfigError(
+            "sampler",
+            "metropolis_exchange conserves Sz and needs hilbert.total_sz to be set (e.g. 0)",
+        )
+    rule = functools.partial(swap_bond, bonds=bonds)
+    return _metropolis(
+        hilbert, rule, len(bonds), n_samples, n_chains, n_discard_per_chain, sweep_size
+    )
+
+
+def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16) -> ExactSampler:
+    """Exact sampling from |psi|^2; only for spaces of at most 2^16 states."""
+    _check_counts(n_samples, n_chains)
+    if hilbert.n_states > EXACT_SAMPLER_MAX_STATES:
+        raise ConfigError(
+            "sampler",
+            f"exact needs a Hilbert space of at most {EXACT_SAMPLER_MAX_STATES} states "
+            f"(this one has {hilbert.n_states}); use metropolis_local or metropolis_exchange",
+        )
+    return ExactSampler(hilbert, n_samples, n_chains)
+
+
+# --- chains -------------------------------------------------------------------------------
+
+
+def chain_keys(seed: int, n_chains: int):
+    """One key per chain, a function of the seed and the chain's global index only."""
+    base = jax.random.PRNGKey(seed)
+    return jax.vmap(lambda c: jax.random.fold_in(base, c))(jnp.arange(n_chains, dtype=jnp.uint32))
+
+
+def random_state(hilbert: Hilbert, key):
+    """A uniformly random configuration [N] (int8) of the (constrained) space."""
+    n = hilbert.n_sites
+    if hilbert.total_sz is None:
+        return jnp.where(jax.random.bernoulli(key, 0.5, (n,)), 1, -1).astype(jnp.int8)
+    up = jnp.arange(n) < hilbert.n_up
+    return jnp.where(jax.random.permutation(key, up), 1, -1).astype(jnp.int8)
+
+
+def init_chains(sampler, seed: int) -> ChainState:
+    """Fresh chains: per-chain keys and uniformly random starting configurations."""
+    key_C = chain_keys(seed, sampler.n_chains)
+    split = jax.vmap(jax.random.split)(key_C)
+    sigma_CxN = jax.vmap(functools.partial(random_state, sampler.hilbert))(split[:, 1])
+    return ChainState(sigma_CxN=sigma_CxN, key_C=split[:, 0])
+
+
+# --- sampling -----------------------------------------------------------------------------
+
+
+def sample(sampler, logpsi_fn, params, chains: ChainState):
+    """Draws `sampler.n_samples` configurations.
+
+    Args:
+        sampler: a MetropolisSampler or ExactSampler.
+        logpsi_fn: (params, sigma_xN) -> log psi [...].
+        params: model parameters (replicated).
+        chains: current chain state (leading axis C).
+
+    Returns:
+        (chains, sigma_CxTxN, acceptance): the advanced chains, T = n_samples / n_chains
+        samples per chain in chain order, and the mean acceptance rate (1 for exact).
+    """
+    if isinstance(sampler, ExactSampler):
+        return _sample_exact(sampler, logpsi_fn, params, chains)
+    return _sample_metropolis(sampler, logpsi_fn, params, chains)
+
+
+def _draw(sampler, key, n_steps):
+    """Per-chain random numbers for a whole call, drawn up front (cheaper than in the loop)."""
+    k_move, k_accept = jax.random.split(key)
+    moves = jax.random.randint(k_move, (n_steps,), 0, sampler.n_moves, dtype=jnp.int32)
+    log_u = jnp.log(jax.random.uniform(k_accept, (n_steps,)))
+    return moves, log_u
+
+
+def _sample_metropolis(sampler: MetropolisSampler, logpsi_fn, params, chains: ChainState):
+    T = sampler.samples_per_chain
+    n_sweeps = sampler.n_discard_per_chain + T
+    n_steps = n_sweeps * sampler.sweep_size
+    split = jax.vmap(jax.random.split)(chains.key_C)
+    key_C, draw_C = split[:, 0], split[:, 1]
+    moves_C, log_u_C = jax.vmap(functools.partial(_draw, sampler, n_steps=n_steps))(draw_C)
+    moves_SxC = moves_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
+    log_u_SxC = log_u_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
+    propose = jax.vmap(sampler.rule)
+
+    def step(carry, xs):
+        sigma_CxN, logpsi_C, n_accepted_C = carry
+        move_C, log_u_C = xs
+        proposed_CxN = propose(sigma_CxN, move_C)
+        logpsi_new_C = logpsi_fn(params, proposed_CxN)
+        log_ratio_C = 2.0 * jnp.real(logpsi_new_C - logpsi_C)
+        accept_C = log_u_C < log_ratio_C
+        sigma_CxN = jnp.where(accept_C[:, None], proposed_CxN, sigma_CxN)
+        logpsi_C = jnp.where(accept_C, logpsi_new_C, logpsi_C)
+        return (sigma_CxN, logpsi_C, n_accepted_C + accept_C), None
+
+    def sweep(carry, xs):
+        carry, _ = jax.lax.scan(step, carry, xs)
+        return carry, carry[0]
+
+    logpsi_C = logpsi_fn(params, chains.sigma_CxN)
+    n_accepted_C = jnp.zeros(chains.sigma_CxN.shape[0], jnp.int32)
+    carry = (chains.sigma_CxN, logpsi_C, n_accepted_C)
+    carry, sigma_SxCxN = jax.lax.scan(sweep, carry, (moves_SxC, log_u_SxC))
+    sigma_CxTxN = jnp.swapaxes(sigma_SxCxN[sampler.n_discard_per_chain :], 0, 1)
+    acceptance = jnp.mean(carry[2]) / n_steps
+    return ChainState(carry[0], key_C), sigma_CxTxN, acceptance
+
+
+def _sample_exact(sampler: ExactSampler, logpsi_fn, params, chains: ChainState):
+    states_DxN = jnp.asarray(all_states(sampler.hilbert))
+    log_p_D = 2.0 * jnp.real(logpsi_fn(params, states_DxN))
+    T = sampler.samples_per_chain
+    split = jax.vmap(jax.random.split)(chains.key_C)
+    key_C, draw_C = split[:, 0], split[:, 1]
+    index_CxT = jax.vmap(lambda k: jax.random.categorical(k, log_p_D, shape=(T,)))(draw_C)
+    sigma_CxTxN = states_DxN[index_CxT]
+    return ChainState(sigma_CxTxN[:, -1], key_C), sigma_CxTxN, jnp.ones((), log_p_D.dtype)

@@ -1,0 +1,69 @@
+"""Monte Carlo statistics of per-chain samples: mean, error, variance, split-R-hat, tau."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Stats(NamedTuple):
+    """Summary of a [C, T] array of samples (C chains of T samples)."""
+
+    mean: jax.Array
+    error_of_mean: jax.Array
+    variance: jax.Array
+    tau_corr: jax.Array
+    r_hat: jax.Array
+
+
+def _autocorrelation_time(x_CxT):
+    """Integrated autocorrelation time, averaged over chains, with Sokal's window (c = 5).
+
+    tau = sum_{t >= 1} rho(t) up to the first window M with M >= 5 * (1/2 + tau(M)),
+    so that independent samples give tau ~ 0 and var(mean) = var / n * (1 + 2 tau).
+    """
+    T = x_CxT.shape[1]
+    x = x_CxT - jnp.mean(x_CxT, axis=1, keepdims=True)
+    f = jnp.fft.fft(x, n=2 * T, axis=1)
+    acov_CxT = jnp.fft.ifft(f * jnp.conj(f), axis=1)[:, :T].real / T
+    acov_T = jnp.mean(acov_CxT, axis=0)
+    rho_T = acov_T / jnp.where(acov_T[0] > 0, acov_T[0], 1.0)
+    tau_M = jnp.cumsum(rho_T) - 1.0  # tau estimate with window M = index
+    window_ok = jnp.arange(T) >= 5.0 * (0.5 + tau_M)
+    first = jnp.argmax(window_ok)
+    tau = jnp.where(jnp.any(window_ok), tau_M[first], tau_M[-1])
+    return jnp.maximum(tau, 0.0)
+
+
+def _split_r_hat(x_CxT):
+    """Gelman-Rubin R-hat on chains split in two halves (detects non-stationary chains)."""
+    T = x_CxT.shape[1] // 2
+    halves = jnp.concatenate([x_CxT[:, :T], x_CxT[:, T : 2 * T]], axis=0)
+    n = halves.shape[1]
+    within = jnp.mean(jnp.var(halves, axis=1, ddof=1))
+    between_over_n = jnp.var(jnp.mean(halves, axis=1), ddof=1)
+    var_plus = (n - 1) / n * within + between_over_n
+    return jnp.sqrt(var_plus / jnp.where(within > 0, within, 1.0))
+
+
+def statistics(x_CxT) -> Stats:
+    """Statistics of samples laid out as C chains of T consecutive samples.
+
+    The mean and variance are plain means over the global array. The error of the mean is
+    sqrt(var / (C*T) * (1 + 2 tau)) with tau the integrated autocorrelation time of the
+    real part; this is the error of independent samples when tau = 0.
+
+    Args:
+        x_CxT: samples, real or complex, [C, T].
+
+    Returns:
+        Stats with real scalars except `mean`, which keeps the dtype of x.
+    """
+    mean = jnp.mean(x_CxT)
+    variance = jnp.mean(jnp.abs(x_CxT - mean) ** 2)
+    real_CxT = jnp.real(x_CxT)
+    tau = _autocorrelation_time(real_CxT)
+    n = x_CxT.size
+    error = jnp.sqrt(variance / n * (1.0 + 2.0 * tau))
+    r_hat = _split_r_hat(real_CxT) if x_CxT.shape[1] >= 4 else jnp.full((), jnp.nan, real_CxT.dtype)
+    return Stats(mean, error, variance, tau, r_hat)

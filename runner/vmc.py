@@ -1,0 +1,194 @@
+"""The VMC core, written once in the global view.
+
+Samples carry a leading chain axis C (sharded over the mesh by the caller's shardings);
+parameters and statistics are replicated; every mean is a plain `jnp.mean` over the global
+array, so the partitioner inserts the cross-device reduction and no backend has its own path.
+"""
+
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.flatten_util import ravel_pytree
+
+from runner.operators import Hamiltonian, local_energy
+from runner.sampler import ChainState, init_chains, sample
+from runner.stats import statistics
+
+
+class VMCState(NamedTuple):
+    """Everything a run needs to continue exactly: parameters, optimizer, chains, step."""
+
+    params: Any
+    opt_state: Any
+    chains: ChainState
+    step: jax.Array  # int32 scalar, number of completed VMC steps
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """The static parts of a VMC run (closed over by the jitted step).
+
+    Attributes:
+        hamiltonian: connected-element Hamiltonian.
+        model: Flax module mapping spins [..., N] -> log psi [...].
+        sampler: a sampler from `runner.sampler`.
+        optimizer: an optax GradientTransformation.
+        precondition: (Obar_SxP, eps_S, mode) -> update, from `runner.precond`.
+        chunk_size: evaluate local energies and log-derivatives on at most this many
+            samples at a time (a multiple of n_chains), or None for all at once.
+    """
+
+    hamiltonian: Hamiltonian
+    model: Any
+    sampler: Any
+    optimizer: optax.GradientTransformation
+    precondition: Callable
+    chunk_size: int | None = None
+
+    def logpsi(self, params, sigma_xN):
+        return self.model.apply({"params": params}, sigma_xN)
+
+    @property
+    def chunk_per_chain(self) -> int | None:
+        if self.chunk_size is None:
+            return None
+        return max(1, self.chunk_size // self.sampler.n_chains)
+
+
+def gradient_mode(params, model) -> str:
+    """"real" for real parameters (complex ones are split when log psi is not holomorphic),
+    "holomorphic" for complex parameters of a holomorphic model."""
+    leaves = jax.tree_util.tree_leaves(params)
+    if not any(jnp.iscomplexobj(x) for x in leaves):
+        return "real"
+    return "holomorphic" if getattr(model, "holomorphic", False) else "split"
+
+
+def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
+    """Initial parameters (from the seed), optimizer state and chains."""
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
+    params = problem.model.init(key, sample_sigma_N)["params"]
+    return VMCState(
+        params=params,
+        opt_state=problem.optimizer.init(params),
+        chains=init_chains(problem.sampler, seed),
+        step=jnp.zeros((), jnp.int32),
+    )
+
+
+def map_over_samples(fn, sigma_CxTxN, chunk_per_chain):
+    """Applies fn to [C, t, N] blocks of samples, `chunk_per_chain` samples per chain at a time.
+
+    The chain axis stays leading (and sharded); chunks run one after another.
+    """
+    C, T = sigma_CxTxN.shape[:2]
+    if chunk_per_chain is None or chunk_per_chain >= T:
+        return fn(sigma_CxTxN)
+    n = T // chunk_per_chain
+    blocks = jnp.swapaxes(sigma_CxTxN.reshape(C, n, chunk_per_chain, -1), 0, 1)
+    out = jax.lax.map(fn, blocks)
+    return jax.tree_util.tree_map(
+        lambda y: jnp.swapaxes(y, 0, 1).reshape(C, T, *y.shape[3:]), out
+    )
+
+
+def local_energies(problem: Problem, params, sigma_CxTxN):
+    """E_loc for every sample, [C, T]."""
+    e_loc = functools.partial(local_energy, problem.hamiltonian, problem.logpsi, params)
+    return map_over_samples(jax.vmap(jax.vmap(e_loc)), sigma_CxTxN, problem.chunk_per_chain)
+
+
+def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
+    """O = d log psi / d theta for every sample, [C, T, P], with theta the flat parameters.
+
+    mode "real": real theta (log psi may be complex: O = dRe/dtheta + i dIm/dtheta);
+    mode "holomorphic": complex theta, O = d log psi / dz;
+    mode "split": complex theta of a non-holomorphic model, as the real vector (Re z, Im z).
+    """
+    flat, unravel = ravel_pytree(params)
+    if mode == "split":
+        n = flat.shape[0]
+        flat = jnp.concatenate([jnp.real(flat), jnp.imag(flat)])
+        to_params = lambda v: unravel(v[:n] + 1j * v[n:])  # noqa: E731
+    else:
+        to_params = unravel
+    f = lambda v, s: problem.logpsi(to_params(v), s)  # noqa: E731
+    if mode == "holomorphic":
+        grad = jax.grad(f, holomorphic=True)
+    elif jnp.iscomplexobj(jax.eval_shape(f, flat, sigma_CxTxN[0, 0])):
+        re, im = jax.grad(lambda v, s: jnp.real(f(v, s))), jax.grad(lambda v, s: jnp.imag(f(v, s)))
+        grad = lambda v, s: re(v, s) + 1j * im(v, s)  # noqa: E731
+    else:
+        grad = jax.grad(f)
+    per_sample = jax.vmap(jax.vmap(grad, in_axes=(None, 0)), in_axes=(None, 0))
+    return map_over_samples(
+        lambda s: per_sample(flat, s), sigma_CxTxN, problem.chunk_per_chain
+    )
+
+
+def energy_and_update(problem: Problem, params, sigma_CxTxN):
+    """Statistics of E_loc and the preconditioned gradient as a parameter pytree.
+
+    Gradient convention: 2 Re<O* (E_loc - E)> for real parameters; dE/dconj(z) =
+    <O* (E_loc - E)> for complex ones (NetKet's conventions, so learning rates transfer).
+    """
+    eloc_CxT = local_energies(problem, params, sigma_CxTxN)
+    stats = statistics(eloc_CxT)
+    mode = gradient_mode(params, problem.model)
+    O_CxTxP = log_derivatives(problem, params, sigma_CxTxN, mode)
+    n_samples = eloc_CxT.size
+    O_SxP = O_CxTxP.reshape(n_samples, -1)
+    Obar_SxP = (O_SxP - jnp.mean(O_SxP, axis=0)) / jnp.sqrt(n_samples)
+    eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
+    update_P = problem.precondition(Obar_SxP, eps_S, "real" if mode == "split" else mode)
+    _, unravel = ravel_pytree(params)
+    if mode == "split":
+        n = update_P.shape[0] // 2
+        update_P = 0.5 * (update_P[:n] + 1j * update_P[n:])
+    return stats, unravel(update_P.astype(ravel_pytree(params)[0].dtype))
+
+
+def vmc_step(problem: Problem, state: VMCState):
+    """One VMC iteration: sample, estimate the energy and its gradient, update parameters.
+
+    Returns:
+        (new_state, metrics): metrics are replicated scalars describing the parameters
+        *before* the update (the energy the samples estimate).
+    """
+    chains, sigma_CxTxN, acceptance = sample(
+        problem.sampler, problem.logpsi, state.params, state.chains
+    )
+    stats, grads = energy_and_update(problem, state.params, sigma_CxTxN)
+    updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new_state = VMCState(params, opt_state, chains, state.step + 1)
+    return new_state, _metrics(stats, acceptance)
+
+
+def estimate(problem: Problem, state: VMCState):
+    """Energy statistics at the current parameters from fresh samples (no update).
+
+    Returns:
+        (chains, metrics) with the advanced chains.
+    """
+    chains, sigma_CxTxN, acceptance = sample(
+        problem.sampler, problem.logpsi, state.params, state.chains
+    )
+    stats = statistics(local_energies(problem, state.params, sigma_CxTxN))
+    return chains, _metrics(stats, acceptance)
+
+
+def _metrics(stats, acceptance):
+    return {
+        "energy": jnp.real(stats.mean),
+        "energy_imag": jnp.imag(stats.mean),
+        "energy_error": stats.error_of_mean,
+        "variance": stats.variance,
+        "r_hat": stats.r_hat,
+        "tau_corr": stats.tau_corr,
+        "acceptance": acceptance,
+    }
