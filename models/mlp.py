@@ -1,5 +1,6 @@
 """Feed-forward wavefunction."""
 
+import math
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -31,13 +32,13 @@ class MLP(nn.Module):
     def __call__(self, sigma_xN):
         x = sigma_xN.astype(self.param_dtype)
         for width in self.hidden:
-            scale = 1.0 / jnp.sqrt(x.shape[-1])
+            scale = 1.0 / math.sqrt(x.shape[-1])
             x = log_cosh(
                 nn.Dense(
                     width,
                     param_dtype=self.param_dtype,
                     dtype=self.param_dtype,
-                    kernel_init=normal(float(scale)),
+                    kernel_init=normal(scale),
                     bias_init=normal(0.01),
                 )(x)
             )

@@ -175,7 +175,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
     final = {}
     if status == "completed":
         _save(run_dir, state, checkpoint_meta(settings.n_iter))
-        est = jax.jit(functools.partial(estimate, problem), in_shardings=(shardings,),
+        est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds), in_shardings=(shardings,),
                       out_shardings=(shardings.chains, layout.replicated))
         _, final = est(state)
         final = {k: _finite(v) for k, v in jax.device_get(final).items()}

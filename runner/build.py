@@ -31,6 +31,7 @@ class Settings:
     resume: bool
     exact: Any
     chunk_size: int | None
+    final_rounds: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,8 @@ def instantiate(group: str, node: dict, **runtime):
     try:
         return fn(**node, **runtime)
     except ConfigError as err:
-        raise ConfigError(f"{group}.{err.key}" if not err.key.startswith(group) else err.key, err.message) from None
+        absolute = "." in err.key or err.key == group  # e.g. hilbert.total_sz raised by a Hamiltonian
+        raise ConfigError(err.key if absolute else f"{group}.{err.key}", err.message) from None
 
 
 def read_settings(config: dict) -> Settings:
@@ -90,7 +92,8 @@ def read_settings(config: dict) -> Settings:
     chunk_size = config.get("chunk_size")
     if chunk_size is not None:
         require_int("chunk_size", chunk_size, minimum=1)
-    return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size)
+    final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
+    return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds)
 
 
 def _check_chunk(chunk_size, sampler):

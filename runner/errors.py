@@ -1,4 +1,6 @@
-"""The one exception type for bad configuration values."""
+"""The one exception type for bad configuration values, and small checks that raise it."""
+
+import math
 
 
 class ConfigError(ValueError):
@@ -29,8 +31,8 @@ def require_int(key, value, minimum=None):
 
 def require_number(key, value, positive=False, nonnegative=False):
     """Returns `value` as a float or raises ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(key, f"must be a number (got {value!r})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number (got {value!r})")
     if positive and not value > 0:
         raise ConfigError(key, f"must be a positive number (got {value})")
     if nonnegative and not value >= 0:

@@ -53,7 +53,7 @@ def ising(hilbert: Hilbert, J: float = 1.0, h: float = 1.0) -> Hamiltonian:
     h = require_number("h", h)
     if hilbert.total_sz is not None:
         raise ConfigError(
-            "total_sz", "must be null for the Ising Hamiltonian, whose field X_i does not conserve Sz"
+            "hilbert.total_sz", "must be null for the Ising Hamiltonian, whose field X_i does not conserve Sz"
         )
     xy_bonds, xy_coef = _empty_pairs()
     return Hamiltonian(

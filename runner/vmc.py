@@ -169,17 +169,23 @@ def vmc_step(problem: Problem, state: VMCState):
     return new_state, _metrics(stats, acceptance)
 
 
-def estimate(problem: Problem, state: VMCState):
+def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
     """Energy statistics at the current parameters from fresh samples (no update).
+
+    Draws `n_rounds` consecutive rounds of `n_samples`; each chain's rounds are treated as
+    one longer chain, so the error and tau account for correlations between rounds.
 
     Returns:
         (chains, metrics) with the advanced chains.
     """
-    chains, sigma_CxTxN, acceptance = sample(
-        problem.sampler, problem.logpsi, state.params, state.chains
-    )
-    stats = statistics(local_energies(problem, state.params, sigma_CxTxN))
-    return chains, _metrics(stats, acceptance)
+
+    def one_round(chains, _):
+        chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.logpsi, state.params, chains)
+        return chains, (local_energies(problem, state.params, sigma_CxTxN), acceptance)
+
+    chains, (eloc_RxCxT, acceptance_R) = jax.lax.scan(one_round, state.chains, length=n_rounds)
+    eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
+    return chains, _metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R))
 
 
 def _metrics(stats, acceptance):

@@ -1,0 +1,39 @@
+"""Independent dense references for tests: Hamiltonians from Kronecker products of Paulis."""
+
+import functools
+
+import numpy as np
+
+X = np.array([[0, 1], [1, 0]], dtype=complex)
+Y = np.array([[0, -1j], [1j, 0]], dtype=complex)
+Z = np.array([[1, 0], [0, -1]], dtype=complex)
+
+
+def site_op(op, i, n):
+    """op acting on site i of n; site 0 is the most significant (leftmost) factor."""
+    mats = [np.eye(2)] * n
+    mats[i] = op
+    return functools.reduce(np.kron, mats)
+
+
+def dense_ising(bonds, n, J, h):
+    H = sum(-J * site_op(Z, i, n) @ site_op(Z, j, n) for i, j in bonds)
+    return H + sum(-h * site_op(X, i, n) for i in range(n))
+
+
+def dense_heisenberg(bonds, next_bonds, n, J, J2, sublattice=None):
+    def dot(i, j):
+        return sum(site_op(P, i, n) @ site_op(P, j, n) for P in (X, Y, Z))
+
+    H = sum(J * dot(i, j) for i, j in bonds) + sum(J2 * dot(i, j) for i, j in next_bonds)
+    if sublattice is not None:  # Marshall rotation U = prod_{i in B} Z_i
+        U = functools.reduce(lambda a, b: a @ b, [site_op(Z, i, n) for i in range(n) if sublattice[i]], np.eye(2**n))
+        H = U @ H @ U
+    return H
+
+
+def basis_index(states):
+    """Row of the dense matrix for each +-1 configuration (+1 = up = |0>, site 0 leftmost)."""
+    n = states.shape[-1]
+    bits = (np.asarray(states) < 0).astype(np.int64)
+    return bits @ (1 << np.arange(n - 1, -1, -1))

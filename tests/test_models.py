@@ -1,0 +1,62 @@
+"""Wavefunction models: shapes, dtypes, holomorphy, numerically stable activations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from models import MLP, RBM, Jastrow
+from models.common import log_cosh
+from runner.errors import ConfigError
+
+DTYPES = [jnp.float64, jnp.float32, jnp.complex128, jnp.complex64]
+MODELS = [lambda d: RBM(alpha=2, param_dtype=d), lambda d: RBM(alpha=1, use_visible_bias=False, param_dtype=d),
+          lambda d: Jastrow(param_dtype=d), lambda d: MLP(hidden=[6, 3], param_dtype=d)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("make", MODELS)
+def test_shapes_and_dtypes(make, dtype):
+    model = make(dtype)
+    sigma = jnp.where(jax.random.bernoulli(jax.random.PRNGKey(0), 0.5, (3, 5, 7)), 1, -1).astype(jnp.int8)
+    params = model.init(jax.random.PRNGKey(1), sigma[0, 0])["params"]
+    assert all(x.dtype == jnp.dtype(dtype) for x in jax.tree_util.tree_leaves(params))
+    out = model.apply({"params": params}, sigma)
+    assert out.shape == (3, 5) and out.dtype == jnp.dtype(dtype)
+    single = model.apply({"params": params}, sigma[1, 2])
+    np.testing.assert_allclose(single, out[1, 2], rtol=1e-5)
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_complex_models_are_holomorphic(make):
+    """Cauchy-Riemann: d/d(Im z) = i d/d(Re z) for every parameter."""
+    model = make(jnp.complex128)
+    assert model.holomorphic
+    sigma = jnp.array([1, -1, -1, 1, 1, -1, 1], jnp.int8)
+    params = model.init(jax.random.PRNGKey(2), sigma)["params"]
+    flat, unravel = ravel_pytree(params)
+    f = lambda v: model.apply({"params": unravel(v)}, sigma)  # noqa: E731
+    tangent = jax.random.normal(jax.random.PRNGKey(3), flat.shape).astype(flat.dtype)
+    _, d_re = jax.jvp(f, (flat,), (tangent,))
+    _, d_im = jax.jvp(f, (flat,), (1j * tangent,))
+    np.testing.assert_allclose(d_im, 1j * d_re, rtol=1e-10)
+
+
+def test_log_cosh_is_stable_and_exact():
+    x = jnp.array([-800.0, -3.0, 0.0, 2.5, 800.0])
+    np.testing.assert_allclose(log_cosh(x)[1:4], np.log(np.cosh(np.array([-3.0, 0.0, 2.5]))), rtol=1e-12)
+    assert np.all(np.isfinite(log_cosh(x)))
+    z = jnp.array([0.3 + 0.7j, -2.0 + 0.1j])
+    np.testing.assert_allclose(log_cosh(z), np.log(np.cosh(np.asarray(z))), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make,key",
+    [(lambda: RBM(alpha=0), "alpha"), (lambda: RBM(alpha="x"), "alpha"), (lambda: MLP(hidden=[]), "hidden"),
+     (lambda: RBM(param_dtype=jnp.int32), "param_dtype")],
+)
+def test_bad_model_values(make, key):
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert info.value.key == key

@@ -1,0 +1,112 @@
+"""Samplers against the exact |psi|^2 (chi-square), Sz conservation, per-chain keys."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from models import RBM
+from runner import hilbert as hb
+from runner import sampler as smp
+from runner.hilbert import states_to_codes
+
+
+def _model_and_probs(lattice, seed=0, scale=15.0, dtype=jnp.float64):
+    model = RBM(alpha=1, param_dtype=dtype)
+    states = hb.all_states(lattice)
+    params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
+    params = jax.tree_util.tree_map(lambda x: x * scale, params)
+    logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
+    logp = 2 * np.real(np.asarray(logpsi(params, jnp.asarray(states))))
+    p = np.exp(logp - logp.max())
+    return logpsi, params, states, p / p.sum()
+
+
+def _chi_square_pvalue(samples, states, probs):
+    codes = states_to_codes(np.asarray(samples).reshape(-1, states.shape[1]))
+    index = {c: i for i, c in enumerate(states_to_codes(states))}
+    counts = np.bincount([index[c] for c in codes], minlength=len(states))
+    expected = probs * counts.sum()
+    keep = expected > 5  # pool the rare states into one bin
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return sps.chisquare(obs, exp).pvalue
+
+
+def _draw_many(sampler, logpsi, params, seed, rounds):
+    chains = smp.init_chains(sampler, seed)
+    step = jax.jit(functools.partial(smp.sample, sampler, logpsi))
+    out = []
+    for _ in range(rounds):
+        chains, sigma, acc = step(params, chains)
+        out.append(np.asarray(sigma))
+    return np.concatenate(out, axis=1), float(acc)
+
+
+@pytest.mark.parametrize(
+    "kind,lattice",
+    [
+        ("local", hb.chain(6)),
+        ("exchange", hb.chain(8, total_sz=0)),
+        ("exchange", hb.square(Lx=2, Ly=4, pbc=False, total_sz=1)),
+        ("exact", hb.chain(6)),
+        ("exact", hb.chain(8, total_sz=-1)),
+    ],
+)
+def test_histogram_matches_exact_distribution(kind, lattice):
+    logpsi, params, states, probs = _model_and_probs(lattice)
+    make = {"local": smp.metropolis_local, "exchange": smp.metropolis_exchange, "exact": smp.exact}[kind]
+    # Thinned chains (4 sweeps between samples): chi-square assumes independent draws.
+    thin = {} if kind == "exact" else {"sweep_size": 4 * lattice.n_sites}
+    sampler = make(lattice, n_samples=4096, n_chains=32, **thin)
+    samples, acc = _draw_many(sampler, logpsi, params, seed=1, rounds=4)
+    assert 0.0 < acc <= 1.0
+    if lattice.total_sz is not None:
+        assert np.all(np.sum(samples, axis=-1) == 2 * lattice.total_sz)
+    assert _chi_square_pvalue(samples, states, probs) > 1e-3
+
+
+def test_chi_square_detects_wrong_distribution():
+    """Guards the test above: a sampler of a different |psi|^2 must fail it."""
+    lattice = hb.chain(6)
+    logpsi, params, states, probs = _model_and_probs(lattice)
+    _, other, _, _ = _model_and_probs(lattice, seed=5)
+    sampler = smp.metropolis_local(lattice, n_samples=4096, n_chains=32)
+    samples, _ = _draw_many(sampler, logpsi, other, seed=1, rounds=4)
+    assert _chi_square_pvalue(samples, states, probs) < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["local", "exact"])
+def test_chain_depends_only_on_its_own_key(kind):
+    """Chain c gives the same samples whether it runs with 8 or 16 chains: one key per chain."""
+    lattice = hb.chain(6)
+    logpsi, params, _, _ = _model_and_probs(lattice)
+    make = smp.metropolis_local if kind == "local" else smp.exact
+    small = make(lattice, n_samples=64, n_chains=8)
+    large = make(lattice, n_samples=128, n_chains=16)
+    a, _ = _draw_many(small, logpsi, params, seed=3, rounds=2)
+    b, _ = _draw_many(large, logpsi, params, seed=3, rounds=2)
+    np.testing.assert_array_equal(a, b[:8])
+
+
+def test_exchange_rule_keeps_magnetisation():
+    sigma = jnp.array([1, -1, 1, 1, -1, -1], jnp.int8)
+    bonds = np.array([[0, 1], [2, 3], [4, 5], [3, 4]])
+    for move in range(4):
+        out = smp.swap_bond(sigma, move, bonds=bonds)
+        assert int(out.sum()) == int(sigma.sum())
+    np.testing.assert_array_equal(smp.swap_bond(sigma, 0, bonds=bonds), [-1, 1, 1, 1, -1, -1])
+    np.testing.assert_array_equal(smp.swap_bond(sigma, 1, bonds=bonds), sigma)
+
+
+def test_initial_states_respect_sector():
+    lattice = hb.chain(10, total_sz=1)
+    sampler = smp.metropolis_exchange(lattice, n_samples=64, n_chains=16)
+    chains = smp.init_chains(sampler, 0)
+    assert np.all(np.asarray(chains.sigma_CxN).sum(axis=1) == 2)
+    assert len({tuple(x) for x in np.asarray(chains.sigma_CxN)}) > 1

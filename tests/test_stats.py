@@ -1,0 +1,59 @@
+"""Monte Carlo statistics on processes with known answers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from runner.stats import statistics
+
+
+def _ar1(rho, C, T, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.zeros((C, T))
+    x[:, 0] = rng.standard_normal(C) / np.sqrt(1 - rho**2)
+    for t in range(1, T):
+        x[:, t] = rho * x[:, t - 1] + rng.standard_normal(C)
+    return x
+
+
+def test_independent_samples():
+    x = np.random.default_rng(0).standard_normal((64, 512)) * 2.0 + 3.0
+    s = statistics(jnp.asarray(x))
+    assert abs(float(s.mean) - 3.0) < 4 * 2.0 / np.sqrt(x.size)
+    assert abs(float(s.variance) - 4.0) < 0.1
+    assert float(s.tau_corr) < 0.2
+    np.testing.assert_allclose(float(s.error_of_mean), 2.0 / np.sqrt(x.size), rtol=0.15)
+    assert abs(float(s.r_hat) - 1.0) < 0.02
+
+
+def test_autocorrelated_samples():
+    rho = 0.8  # integrated tau = rho / (1 - rho) = 4
+    x = _ar1(rho, 64, 2048)
+    s = statistics(jnp.asarray(x))
+    np.testing.assert_allclose(float(s.tau_corr), 4.0, rtol=0.2)
+    true_error = np.sqrt(1 / (1 - rho**2) / x.size * (1 + rho) / (1 - rho))
+    np.testing.assert_allclose(float(s.error_of_mean), true_error, rtol=0.2)
+
+
+def test_error_matches_spread_of_means():
+    """The reported error is the actual scatter of the mean over repeated experiments."""
+    means, errors = [], []
+    for seed in range(40):
+        s = statistics(jnp.asarray(_ar1(0.5, 16, 128, seed)))
+        means.append(float(s.mean))
+        errors.append(float(s.error_of_mean))
+    np.testing.assert_allclose(np.std(means), np.mean(errors), rtol=0.3)
+
+
+def test_r_hat_detects_unmixed_chains():
+    x = np.random.default_rng(1).standard_normal((8, 256))
+    x[:4] += 3.0
+    assert float(statistics(jnp.asarray(x)).r_hat) > 1.5
+
+
+def test_complex_samples():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((16, 64)) + 1j * rng.standard_normal((16, 64))
+    s = statistics(jnp.asarray(x))
+    assert jnp.iscomplexobj(s.mean)
+    np.testing.assert_allclose(float(s.variance), np.mean(np.abs(x - x.mean()) ** 2))
