@@ -48,7 +48,15 @@ def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
     except ConfigError as err:
         print(f"Config error: {err.sentence()}", file=sys.stderr)
         sys.exit(2)
-    return execute(experiment, layout, run_dir)
+    except parallel.DistributedInitError as err:
+        print(err, file=sys.stderr)
+        sys.exit(1)
+    try:
+        return execute(experiment, layout, run_dir)
+    except Exception:
+        # Every rank reports its own failure: launchers often show only rank 0's.
+        log.exception("process %d of %d failed", jax.process_index(), jax.process_count())
+        raise
 
 
 def _finite(x):
@@ -66,7 +74,7 @@ class MetricsLog:
     def __init__(self, path: Path, resume_step: int):
         self.path = path
         kept = []
-        if resume_step and path.exists():
+        if resume_step and path.exists() and _is_writer():
             for line in path.read_text().splitlines():
                 if line.strip() and json.loads(line)["step"] < resume_step:
                     kept.append(line)
@@ -91,7 +99,7 @@ def _place_state(problem, settings, layout):
 
 def _restore(run_dir, state, shardings):
     loaded, meta = checkpoint.load(run_dir / "checkpoint", state)
-    return jax.tree_util.tree_map(jax.device_put, loaded, shardings), meta
+    return parallel.from_host(loaded, shardings), meta
 
 
 def _progress(n_iter, start):
@@ -149,7 +157,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
     for step in range(start, settings.n_iter):
         t = time.perf_counter()
         new_state, metrics = step_fn(state)
-        metrics = jax.device_get(metrics)
+        metrics = parallel.to_host(metrics)
         step_times.append(time.perf_counter() - t)
         record = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
         record["wall_time"] = time.perf_counter() - wall_start
@@ -178,7 +186,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
         est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds), in_shardings=(shardings,),
                       out_shardings=(shardings.chains, layout.replicated))
         _, final = est(state)
-        final = {k: _finite(v) for k, v in jax.device_get(final).items()}
+        final = {k: _finite(v) for k, v in parallel.to_host(final).items()}
 
     timed = step_times[WARMUP_STEPS:] or step_times
     summary = _summary(experiment, layout, status, final, exact_energy, n_params,
@@ -194,8 +202,9 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
 
 
 def _save(run_dir, state, meta):
+    host_state = parallel.to_host(state)  # a collective: every process takes part
     if _is_writer():
-        checkpoint.save(run_dir / "checkpoint", jax.device_get(state), meta)
+        checkpoint.save(run_dir / "checkpoint", host_state, meta)
 
 
 def _summary(experiment, layout, status, final, exact_energy, n_params, seconds_per_iter,

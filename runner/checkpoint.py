@@ -62,10 +62,10 @@ def load(directory, like):
         leaves = []
         for i, ref in enumerate(leaves_like):
             x = data[f"leaf_{i:04d}"]
-            if x.shape != np.shape(ref) or x.dtype != np.asarray(ref).dtype:
+            if x.shape != tuple(ref.shape) or x.dtype != np.dtype(ref.dtype):
                 raise ValueError(
                     f"checkpoint array {i} is {x.dtype}{list(x.shape)}, the config needs "
-                    f"{np.asarray(ref).dtype}{list(np.shape(ref))}"
+                    f"{np.dtype(ref.dtype)}{list(ref.shape)}"
                 )
             leaves.append(x)
     return jax.tree_util.tree_unflatten(treedef, leaves), meta

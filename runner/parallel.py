@@ -7,7 +7,10 @@ shardings the VMC core needs: per-chain and replicated.
 """
 
 import dataclasses
+import hashlib
 import os
+import sys
+import threading
 
 import jax
 import numpy as np
@@ -16,9 +19,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from runner.errors import ConfigError, require_int
 
 CHAIN_AXIS = "chains"
-BACKENDS = ("single", "sharded")
+BACKENDS = ("single", "sharded", "distributed", "multinode")
+# A dead peer is noticed by the coordination service after this many seconds without a
+# heartbeat; the survivors then stop with an error instead of waiting in a collective.
+HEARTBEAT_TIMEOUT_S = 10
 
 _initialized: dict | None = None
+
+
+class DistributedInitError(RuntimeError):
+    """The processes of a multi-process run could not find each other."""
 
 
 def configure_threads():
@@ -29,11 +39,115 @@ def configure_threads():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def _visible_gpus(env) -> list[int] | None:
+    ids = [x for x in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    if len(ids) > 1 and all(x.strip().isdigit() for x in ids):
+        return list(range(len(ids)))  # indices within the visible set
+    return None
+
+
+def detect_cluster(env=None) -> dict | None:
+    """Multi-process settings from the launcher's environment, or None outside one.
+
+    Recognises a SLURM step (srun), Open MPI (mpirun) and submitit's local executor (which
+    JAX does not detect itself). For SLURM and Open MPI, JAX's own detection finds the
+    coordinator; we add `local_device_ids` when a task sees several GPUs (JAX's SLURM
+    detection would give it one).
+
+    Returns:
+        A dict of `jax.distributed.initialize` arguments (possibly empty: let JAX detect),
+        with "launcher" naming what was found.
+    """
+    env = os.environ if env is None else env
+    gpus = _visible_gpus(env)
+    extra = {"local_device_ids": gpus} if gpus else {}
+    if "SUBMITIT_LOCAL_JOB_ID" in env and "SUBMITIT_LOCAL_NTASKS" in env:
+        job = env["SUBMITIT_LOCAL_JOB_ID"]
+        port = 20000 + int(hashlib.sha1(job.encode()).hexdigest(), 16) % 20000
+        return {
+            "launcher": "submitit_local",
+            "coordinator_address": f"127.0.0.1:{port}",
+            "num_processes": int(env["SUBMITIT_LOCAL_NTASKS"]),
+            "process_id": int(env["SUBMITIT_LOCAL_GLOBALID"]),
+            **extra,
+        }
+    if "SLURM_JOB_ID" in env and "SLURM_STEP_NODELIST" in env and "SLURM_PROCID" in env:
+        return {"launcher": "slurm", **extra}
+    if "OMPI_COMM_WORLD_SIZE" in env and "OMPI_COMM_WORLD_RANK" in env:
+        return {"launcher": "openmpi", **extra}
+    return None
+
+
+def _distributed_args(parallel: dict) -> dict:
+    """`jax.distributed.initialize` arguments for the distributed and multinode backends."""
+    if parallel["backend"] == "multinode":
+        found = detect_cluster()
+        if found is None:
+            raise ConfigError(
+                "parallel",
+                "multinode found no SLURM step, Open MPI or submitit environment; start it with "
+                "srun/mpirun or the slurm launcher, or use parallel=distributed with explicit addresses",
+            )
+        found.pop("launcher")
+        return found
+    address = parallel.get("coordinator_address")
+    if not isinstance(address, str) or ":" not in address:
+        raise ConfigError("coordinator_address", f"must be HOST:PORT (got {address!r})")
+    n = require_int("num_processes", parallel.get("num_processes"), minimum=1)
+    pid = require_int("process_id", parallel.get("process_id"), minimum=0)
+    if pid >= n:
+        raise ConfigError("process_id", f"must be below num_processes={n} (got {pid})")
+    args = {"coordinator_address": address, "num_processes": n, "process_id": pid}
+    if parallel.get("local_device_ids") is not None:
+        args["local_device_ids"] = list(parallel["local_device_ids"])
+    return args
+
+
+def _join(args: dict, timeout: int) -> None:
+    """`jax.distributed.initialize` under a watchdog.
+
+    On a timeout JAX aborts the process with a C++ stack trace; our watchdog fires first
+    (JAX gets a longer deadline) and exits with status 1 and one plain sentence.
+    """
+    where = args.get("coordinator_address", "the coordinator found in the environment")
+    message = (
+        f"Error: process {args.get('process_id', '?')} could not join the other processes at "
+        f"{where} within {timeout} s. Check that every process was started with the same "
+        "coordinator_address and num_processes, that the host name resolves and the port is "
+        "reachable; `python -m runner.doctor` checks this setup.\n"
+    )
+    joined = threading.Event()
+
+    def expire():
+        if not joined.is_set():
+            sys.stderr.write(message)
+            sys.stderr.flush()
+            os._exit(1)
+
+    watchdog = threading.Timer(timeout, expire)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(
+            **args,
+            initialization_timeout=timeout + 30,
+            heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+            shutdown_timeout_seconds=30,
+        )
+    except Exception as err:  # JAX raises runtime errors of several types here
+        raise DistributedInitError(f"{message.strip()} ({type(err).__name__}: {str(err)[:200]})") from None
+    finally:
+        joined.set()
+        watchdog.cancel()
+
+
 def initialize(parallel: dict, x64: bool) -> None:
-    """Sets process-level flags once, before any array exists. Idempotent for equal arguments.
+    """Sets process-level flags and joins the other processes, once, before any array exists.
+
+    Idempotent for equal arguments. The only call of `jax.distributed.initialize`.
 
     Args:
-        parallel: the `parallel` config group as a plain dict (`backend`, options).
+        parallel: the `parallel` config group as a plain dict (`backend` and its options).
         x64: enable 64-bit types (from the `dtype` group).
     """
     global _initialized
@@ -44,11 +158,16 @@ def initialize(parallel: dict, x64: bool) -> None:
         return
     backend = parallel.get("backend")
     if backend not in BACKENDS:
-        raise ConfigError("backend", f"must be one of {', '.join(BACKENDS)} (got {backend!r})")
+        raise ConfigError("parallel.backend", f"must be one of {', '.join(BACKENDS)} (got {backend!r})")
     jax.config.update("jax_enable_x64", bool(x64))
-    if backend == "sharded" and parallel.get("cpu_devices") is not None:
+    if parallel.get("cpu_devices") is not None:
         n = require_int("cpu_devices", parallel["cpu_devices"], minimum=1)
         jax.config.update("jax_num_cpu_devices", n)
+    if backend in ("distributed", "multinode"):
+        args = _distributed_args(parallel)
+        timeout = require_int("init_timeout_s", parallel.get("init_timeout_s", 120), minimum=1)
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        _join(args, timeout)
     _initialized = request
 
 
@@ -99,3 +218,31 @@ def shard_state(tree, layout: Layout, chain_paths=("chains",)):
         return layout.chains if names & set(chain_paths) else layout.replicated
 
     return jax.tree_util.tree_map_with_path(pick, tree)
+
+
+def to_host(tree):
+    """NumPy copies of a pytree of global arrays, on every process.
+
+    Replicated arrays are read from a local shard; sharded ones are gathered from every
+    process (a collective: all processes must call this together).
+    """
+    from jax.experimental import multihost_utils
+
+    def fetch(x):
+        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+            return np.asarray(x)
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree_util.tree_map(fetch, tree)
+
+
+def from_host(tree, shardings):
+    """Global arrays from NumPy values that every process holds in full (e.g. a checkpoint)."""
+
+    def put(x, sharding):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree_util.tree_map(put, tree, shardings)

@@ -1,0 +1,255 @@
+#!/usr/bin/env python
+"""NetKet reference side of the vmc-runner side-by-side benchmark.
+
+Runs one named case with NetKet (``nk.driver.VMC`` + ``nk.optimizer.Sgd`` +
+``nk.optimizer.SR``) and prints ONE JSON line on stdout.
+
+Usage::
+
+    python bench/netket_cases.py CASE [--n-iter N] [--seed S] [--recompute-exact]
+
+CASE is one of ``tfim1d``, ``heis1d``, ``tfim2d``.  This script is standalone: it
+imports only netket, jax, numpy and the standard library, and is meant to be run
+from a separate environment that has the optional ``bench`` extra (netket)
+installed; it is not imported by vmc-runner.
+
+Timing: every iteration is timed from the start of the step to its end, after
+``jax.block_until_ready`` on the energy statistics and on the updated
+parameters.  ``compile_plus_first_iter_s`` is the duration of the first
+iteration (tracing + compilation + first sampling/update);
+``median_s_per_iter`` is the median over the iterations after the first
+``WARMUP`` (=10) ones.  ``peak_rss_mb`` is ``ru_maxrss`` read right after the
+optimisation, before any exact diagonalisation and before the final fresh
+estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import netket as nk  # noqa: E402
+from netket.callbacks import AbstractCallback  # noqa: E402
+from netket.utils.struct import field  # noqa: E402
+
+WARMUP = 10
+N_CHAINS = 16
+LEARNING_RATE = 0.01
+DIAG_SHIFT = 0.01
+
+# Ground-state energy of the periodic TFIM chain, H = -sum_i Z_i Z_{i+1} - h sum_i X_i
+# (Pauli matrices), L=20, h=1.  Computed once with
+#   scipy.sparse.linalg.eigsh(nk.operator.Ising(hi, g, h=1.0, J=-1.0).to_sparse(),
+#                             k=1, which="SA", tol=1e-12)
+# -> -25.490989686364667 (takes ~15 s and ~3.7 GB of RAM, which is why it is not
+# done on every run), and it agrees to 1e-13 with the free-fermion closed form
+#   E0 = -sum_{n=0}^{L-1} sqrt(1 + h^2 - 2 h cos k_n),  k_n = pi (2n+1) / L
+# (even-parity / Neveu-Schwarz sector), which gives -25.49098968636475.
+# `exact_tfim1d(recompute=True)` (CLI: --recompute-exact) redoes the sparse computation.
+TFIM1D_L20_H1_EXACT = -25.49098968636475
+
+
+def tfim_chain_free_fermion(L: int, h: float) -> float:
+    """Closed-form ground energy of the periodic TFIM chain (J=1, even L)."""
+    k = np.pi * (2 * np.arange(L) + 1) / L
+    return float(-np.sum(np.sqrt(1.0 + h * h - 2.0 * h * np.cos(k))))
+
+
+def sparse_ground_energy(op) -> float:
+    """Lowest eigenvalue of a NetKet operator via its sparse matrix (scipy Lanczos)."""
+    # nk.exact.lanczos_ed wraps scipy.sparse.linalg.eigsh(which="SA").
+    w = nk.exact.lanczos_ed(op, k=1, compute_eigenvectors=False, scipy_args={"tol": 1e-12})
+    return float(np.min(np.asarray(w).real))
+
+
+def exact_tfim1d(recompute: bool = False) -> float:
+    if not recompute:
+        return TFIM1D_L20_H1_EXACT
+    hi, g, H = build_tfim1d_operator()
+    return sparse_ground_energy(H)
+
+
+def build_tfim1d_operator(L: int = 20, h: float = 1.0):
+    g = nk.graph.Chain(L, pbc=True)
+    hi = nk.hilbert.Spin(s=0.5, N=g.n_nodes)
+    # NetKet's Ising is H = -h sum X + J sum ZZ, so J=-1 gives -sum ZZ - h sum X.
+    H = nk.operator.Ising(hi, g, h=h, J=-1.0)
+    return hi, g, H
+
+
+def build_case(case: str):
+    """Returns a dict with everything the run needs."""
+    if case == "tfim1d":
+        hi, g, H = build_tfim1d_operator(20, 1.0)
+        model = nk.models.RBM(alpha=1, param_dtype=np.float64)
+        sampler = nk.sampler.MetropolisLocal(hi, n_chains=N_CHAINS)
+        return dict(hilbert=hi, graph=g, H=H, model=model, sampler=sampler,
+                    n_samples=1024, n_iter=300, N=g.n_nodes)
+    if case == "heis1d":
+        g = nk.graph.Chain(16, pbc=True)
+        hi = nk.hilbert.Spin(s=0.5, N=g.n_nodes, total_sz=0)
+        # Pauli matrices; sign_rule=None -> Marshall sign rule on bipartite graphs.
+        H = nk.operator.Heisenberg(hi, g)
+        model = nk.models.RBM(alpha=2, param_dtype=np.complex128)
+        sampler = nk.sampler.MetropolisExchange(hi, graph=g, n_chains=N_CHAINS)
+        return dict(hilbert=hi, graph=g, H=H, model=model, sampler=sampler,
+                    n_samples=1024, n_iter=300, N=g.n_nodes)
+    if case == "tfim2d":
+        g = nk.graph.Square(6, pbc=True)
+        hi = nk.hilbert.Spin(s=0.5, N=g.n_nodes)
+        H = nk.operator.Ising(hi, g, h=3.0, J=-1.0)
+        model = nk.models.RBM(alpha=1, param_dtype=np.float64)
+        sampler = nk.sampler.MetropolisLocal(hi, n_chains=N_CHAINS)
+        return dict(hilbert=hi, graph=g, H=H, model=model, sampler=sampler,
+                    n_samples=2048, n_iter=150, N=g.n_nodes)
+    raise SystemExit(f"unknown case {case!r}; choose one of tfim1d, heis1d, tfim2d")
+
+
+def reference_energy(case: str, spec: dict, recompute: bool) -> float | None:
+    if case == "tfim1d":
+        return exact_tfim1d(recompute)
+    if case == "heis1d":
+        # 12870 states in the Sz=0 sector: cheap, so always computed.
+        return sparse_ground_energy(spec["H"])
+    return None
+
+
+class _Timer(AbstractCallback):
+    """Wall time of every full step (sampling, gradient, SR solve, update)."""
+
+    durations: list = field(pytree_node=False)
+    energies: list = field(pytree_node=False)
+    _t0: object = field(pytree_node=False)
+
+    def __init__(self):
+        self.durations: list[float] = []
+        self.energies: list[float] = []
+        self._t0 = None
+
+    def on_step_start(self, step, log_data, driver):
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, step, log_data, driver):
+        stats = driver._loss_stats
+        jax.block_until_ready((stats.mean, driver.state.parameters))
+        self.durations.append(time.perf_counter() - self._t0)
+        self.energies.append(float(np.real(stats.mean)))
+
+
+def _rss_mb() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kB, macOS bytes.
+    return r / (1024 * 1024) if sys.platform == "darwin" else r / 1024
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("case", choices=["tfim1d", "heis1d", "tfim2d"])
+    p.add_argument("--n-iter", type=int, default=None, help="default: the case's own count")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--recompute-exact", action="store_true",
+                   help="recompute the hard-coded tfim1d exact energy with scipy (slow, ~4 GB)")
+    p.add_argument("--holomorphic", choices=["auto", "true", "false"], default="auto",
+                   help="SR's holomorphic flag; 'auto' leaves NetKet's default (for the complex "
+                        "heis1d RBM NetKet then uses holomorphic=False and warns)")
+    args = p.parse_args(argv)
+
+    spec = build_case(args.case)
+    n_iter = args.n_iter if args.n_iter is not None else spec["n_iter"]
+
+    t_setup = time.perf_counter()
+    vs = nk.vqs.MCState(
+        spec["sampler"], spec["model"], n_samples=spec["n_samples"],
+        seed=args.seed, sampler_seed=args.seed + 1,
+    )
+    opt = nk.optimizer.Sgd(learning_rate=LEARNING_RATE)
+    sr_kwargs = {}
+    if args.holomorphic != "auto":
+        sr_kwargs["holomorphic"] = args.holomorphic == "true"
+    sr = nk.optimizer.SR(diag_shift=DIAG_SHIFT, **sr_kwargs)
+    driver = nk.driver.VMC(spec["H"], opt, variational_state=vs, preconditioner=sr)
+    setup_s = time.perf_counter() - t_setup
+
+    timer = _Timer()
+    t_run = time.perf_counter()
+    driver.run(n_iter, out=None, show_progress=False, callback=timer)
+    run_s = time.perf_counter() - t_run
+    peak_rss = _rss_mb()
+
+    after = timer.durations[WARMUP:]
+    median = statistics.median(after) if after else None
+
+    # Final energy at the final parameters, from fresh samples.
+    vs.reset()
+    final = vs.expect(spec["H"])
+    e_final = float(np.real(final.mean))
+    e_err = float(np.real(final.error_of_mean))
+
+    e_ref = reference_energy(args.case, spec, args.recompute_exact)
+    N = spec["N"]
+    out = {
+        "case": args.case,
+        "code": "netket",
+        "n_iter": n_iter,
+        "seed": args.seed,
+        "n_samples": vs.n_samples,
+        "n_chains": vs.sampler.n_chains,
+        "n_discard_per_chain": vs.n_discard_per_chain,
+        "n_params": int(vs.n_parameters),
+        "optimizer": f"Sgd({LEARNING_RATE})",
+        "preconditioner": f"SR(diag_shift={DIAG_SHIFT}, solver=cg default, "
+                          f"holomorphic={args.holomorphic})",
+        "median_s_per_iter": median,
+        "compile_plus_first_iter_s": timer.durations[0] if timer.durations else None,
+        "setup_s": setup_s,
+        "run_wall_s": run_s,
+        "final_energy": e_final,
+        "final_energy_error": e_err,
+        "last_iter_energy": timer.energies[-1] if timer.energies else None,
+        "exact_energy": e_ref,
+        "relative_error": (abs((e_final - e_ref) / e_ref) if e_ref is not None else None),
+        "energy_per_site": e_final / N,
+        "n_sites": N,
+        "peak_rss_mb": peak_rss,
+        "versions": {
+            "netket": nk.__version__,
+            "jax": jax.__version__,
+            "jaxlib": _jaxlib_version(),
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+        },
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "env": {k: os.environ.get(k) for k in (
+            "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "XLA_FLAGS", "JAX_PLATFORMS")},
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+    }
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def _jaxlib_version():
+    try:
+        import jaxlib
+
+        return jaxlib.__version__
+    except Exception:  # pragma: no cover
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""One core, many layouts: 1 device, 4 sharded devices and 2 processes x 2 devices agree."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec
+
+from runner import app, parallel
+from runner.build import build
+from runner.vmc import energy_and_update, init_state, vmc_step
+from tests.conftest import REPO, run_cli
+from tests.test_config import compose_config
+
+# Each case covers a Hamiltonian, a real or complex model, a sampler and a preconditioner.
+CASES = {
+    "tfim_real_local_sr": ["hilbert.L=8", "model=rbm"],
+    "heis_complex_exchange_minsr": [
+        "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
+        "dtype=complex128", "preconditioner=minsr",
+    ],
+    "tfim_complex_exact_sr": ["hilbert.L=6", "sampler=exact", "dtype=complex128", "model=jastrow"],
+    "heis_real_local_mlp_adam": ["hilbert.L=6", "hamiltonian=heisenberg", "model=mlp", "model.hidden=[6]",
+                                 "optimizer=adam", "preconditioner=none"],
+}
+COMMON = ["sampler.n_samples=256", "sampler.n_chains=8", "n_iter=8", "final_rounds=1", "exact=false"]
+
+
+def energies(run_dir):
+    return np.array([json.loads(l)["energy"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_distributed(overrides, run_dir, port, n_proc=2, devices=2):
+    procs = []
+    for pid in range(n_proc):
+        args = [sys.executable, "-m", "runner", *overrides, "parallel=distributed",
+                f"parallel.coordinator_address=127.0.0.1:{port}", f"parallel.num_processes={n_proc}",
+                f"parallel.process_id={pid}", f"parallel.cpu_devices={devices}",
+                "parallel.init_timeout_s=60", f"hydra.run.dir={run_dir}"]
+        procs.append(subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_single_and_sharded_give_identical_runs(name, tmp_path):
+    experiment = build(compose_config([*CASES[name], *COMMON]))
+    one = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "single")
+    four = app.execute(experiment, parallel.make_mesh("sharded"), tmp_path / "sharded")
+    assert four["devices"] == 4 and one["devices"] == 1
+    np.testing.assert_allclose(energies(tmp_path / "sharded"), energies(tmp_path / "single"), rtol=1e-10)
+    np.testing.assert_allclose(four["energy"], one["energy"], rtol=1e-10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tfim_real_local_sr", "heis_complex_exchange_minsr"])
+def test_two_processes_match_single_device(name, tmp_path):
+    overrides = [*CASES[name], *COMMON]
+    run_cli([*overrides, f"hydra.run.dir={tmp_path / 'single'}"], REPO, check=True)
+    procs = start_distributed(overrides, tmp_path / "dist", free_port())
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    summary = json.loads((tmp_path / "dist" / "summary.json").read_text())
+    assert summary["processes"] == 2 and summary["devices"] == 4 and summary["backend"] == "distributed"
+    np.testing.assert_allclose(energies(tmp_path / "dist"), energies(tmp_path / "single"), rtol=1e-10)
+
+
+@pytest.mark.slow
+def test_killed_peer_makes_the_other_exit(tmp_path):
+    overrides = ["hilbert.L=12", "sampler.n_samples=512", "sampler.n_chains=8", "n_iter=100000",
+                 "exact=false", "checkpoint_every=100000"]
+    procs = start_distributed(overrides, tmp_path / "dist", free_port())
+    metrics = tmp_path / "dist" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) > 3):
+        time.sleep(0.2)
+    assert metrics.exists(), procs[0].communicate(timeout=5)[0] if procs[0].poll() is not None else "no metrics"
+    procs[1].send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    try:
+        out = procs[0].communicate(timeout=90)[0]
+    except subprocess.TimeoutExpired:
+        procs[0].kill()
+        pytest.fail("process 0 hung after its peer died")
+    assert procs[0].returncode != 0
+    assert time.time() - killed_at < 60
+    assert out  # it said something on its way out
+
+
+@pytest.mark.slow
+def test_missing_peer_times_out_with_a_clear_error(tmp_path):
+    port = free_port()
+    args = [sys.executable, "-m", "runner", "n_iter=2", "parallel=distributed",
+            f"parallel.coordinator_address=127.0.0.1:{port}", "parallel.num_processes=2",
+            "parallel.process_id=0", "parallel.init_timeout_s=5", f"hydra.run.dir={tmp_path}"]
+    started = time.time()
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert time.time() - started < 60
+    assert "could not join" in proc.stderr and "127.0.0.1" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def _sharded_inputs(name):
+    experiment = build(compose_config([*CASES[name], *COMMON]))
+    problem = experiment.problem
+    sigma_N = jnp.ones((experiment.hilbert.n_sites,), jnp.int8)
+    state = init_state(problem, 0, sigma_N)
+    return problem, state
+
+
+@pytest.mark.parametrize("name", ["tfim_real_local_sr", "heis_complex_exchange_minsr"])
+def test_energy_gradient_and_update_on_sharded_samples(name):
+    problem, state = _sharded_inputs(name)
+    from runner.sampler import sample
+
+    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.logpsi, s.params, s.chains))(state)
+    layout = parallel.make_mesh("sharded")
+    f = jax.jit(lambda p, s: energy_and_update(problem, p, s))
+    stats_1, grads_1 = f(state.params, sigma_CxTxN)
+    sharded = jax.device_put(sigma_CxTxN, layout.chains)
+    stats_4, grads_4 = f(jax.device_put(state.params, layout.replicated), sharded)
+    assert len(sharded.sharding.device_set) == 4
+    np.testing.assert_allclose(stats_4.mean, stats_1.mean, rtol=1e-12)
+    np.testing.assert_allclose(stats_4.error_of_mean, stats_1.error_of_mean, rtol=1e-10)
+    for a, b in zip(jax.tree_util.tree_leaves(grads_4), jax.tree_util.tree_leaves(grads_1)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_output_shardings_of_the_step():
+    problem, _ = _sharded_inputs("tfim_real_local_sr")
+    layout = parallel.make_mesh("sharded")
+    sigma_N = jnp.ones((8,), jnp.int8)
+    init = lambda: init_state(problem, 0, sigma_N)  # noqa: E731
+    shardings = parallel.shard_state(jax.eval_shape(init), layout)
+    state = jax.jit(init, out_shardings=shardings)()
+    step = jax.jit(lambda s: vmc_step(problem, s), in_shardings=(shardings,),
+                   out_shardings=(shardings, layout.replicated))
+    new_state, metrics = step(state)
+    assert new_state.chains.sigma_CxN.sharding.spec == PartitionSpec(parallel.CHAIN_AXIS)
+    assert new_state.chains.key_C.sharding.spec == PartitionSpec(parallel.CHAIN_AXIS)
+    for leaf in jax.tree_util.tree_leaves(new_state.params) + jax.tree_util.tree_leaves(metrics):
+        assert leaf.sharding.is_fully_replicated
+    # Without explicit out_shardings the partitioner keeps chains split and parameters whole.
+    free = jax.jit(lambda s: vmc_step(problem, s))(state)[0]
+    assert free.chains.sigma_CxN.sharding.spec[0] == parallel.CHAIN_AXIS
+    assert all(x.sharding.is_fully_replicated for x in jax.tree_util.tree_leaves(free.params))
+
+
+def test_chain_count_must_divide_devices():
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        parallel.check_chains(6, parallel.make_mesh("sharded"))
+    assert "n_chains" in info.value.sentence() and "4 devices" in info.value.sentence()
+
+
+def test_detect_cluster_from_environment():
+    assert parallel.detect_cluster({}) is None
+    found = parallel.detect_cluster({"SUBMITIT_LOCAL_JOB_ID": "77", "SUBMITIT_LOCAL_NTASKS": "3",
+                                     "SUBMITIT_LOCAL_GLOBALID": "2"})
+    assert found["num_processes"] == 3 and found["process_id"] == 2
+    assert found["coordinator_address"].startswith("127.0.0.1:")
+    slurm = {"SLURM_JOB_ID": "5", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "0",
+             "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert parallel.detect_cluster(slurm) == {"launcher": "slurm", "local_device_ids": [0, 1, 2, 3]}
+    assert parallel.detect_cluster({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"})["launcher"] == "openmpi"
