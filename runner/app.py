@@ -19,6 +19,7 @@ from runner.build import Experiment, build
 from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
+from runner.preemption import EXIT_PREEMPTED, StopRequest
 from runner.vmc import VMCState, estimate, init_state, vmc_step
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,9 @@ def _is_writer() -> bool:
 class MetricsLog:
     """metrics.jsonl, one JSON object per step; truncated to a checkpoint on resume."""
 
-    def __init__(self, path: Path, resume_step: int):
+    def __init__(self, path: Path, resume_step: int, started: float):
         self.path = path
+        self.started = started
         kept = []
         if resume_step and path.exists() and _is_writer():
             for line in path.read_text().splitlines():
@@ -81,6 +83,9 @@ class MetricsLog:
         if _is_writer():
             path.write_text("".join(line + "\n" for line in kept))
         self.records = [json.loads(line) for line in kept]
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
 
     def append(self, record: dict):
         self.records.append(record)
@@ -115,6 +120,10 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
     settings, problem = experiment.settings, experiment.problem
     wall_start = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
+    done = _completed_summary(run_dir, settings)
+    if done is not None:
+        log.info("already completed (%s); delete it or set resume=false to run again", run_dir / SUMMARY)
+        return done
 
     exact_energy = None
     if wants_exact(settings.exact, experiment.hilbert):
@@ -134,7 +143,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
             sys.exit(2)
         start = int(meta["step"])
         log.info("resumed from checkpoint at step %d", start)
-    metrics_log = MetricsLog(run_dir / METRICS, start)
+    metrics_log = MetricsLog(run_dir / METRICS, start, started=wall_start)
 
     t = time.perf_counter()
     step_fn = (
@@ -149,18 +158,55 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
     )
     compile_seconds = time.perf_counter() - t
 
-    status, step_times = "completed", []
+    with StopRequest() as stop:
+        state, status, step_times = _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop)
+        final = {}
+        if status == "completed":
+            _save(run_dir, state, _checkpoint_meta(settings, settings.n_iter))
+            est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds),
+                          in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
+            final = {k: _finite(v) for k, v in parallel.to_host(est(state)[1]).items()}
+
+        timed = step_times[WARMUP_STEPS:] or step_times
+        summary = _summary(experiment, layout, status, final, exact_energy, n_params,
+                           pystats.median(timed) if timed else None, compile_seconds,
+                           time.perf_counter() - wall_start, metrics_log.records)
+        if _is_writer():
+            (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+            plot_energy(metrics_log.records, exact_energy, run_dir / "energy.png")
+        _report(summary)
+        if status == "preempted":
+            stop.hand_over()  # under submitit: requeues the job (and exits)
+    if status == "failed":
+        sys.exit(1)
+    if status == "preempted":
+        sys.exit(EXIT_PREEMPTED)
+    return summary
+
+
+def _checkpoint_meta(settings, step):
+    return {"step": step, "seed": settings.seed}
+
+
+def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
+    """Steps from `start` to `n_iter`, logging metrics and checkpointing.
+
+    Stops early on a non-finite energy ("failed", the state of the last step is dropped)
+    or a stop signal ("preempted", after saving a checkpoint at the current step).
+
+    Returns:
+        (state, status, step_times)
+    """
+    status, step_times, last_good = "completed", [], start
     bar = _progress(settings.n_iter, start)
     log_every = max(1, settings.n_iter // 10)
-    checkpoint_meta = lambda s: {"step": s, "seed": settings.seed}  # noqa: E731
-    last_good = start
     for step in range(start, settings.n_iter):
         t = time.perf_counter()
         new_state, metrics = step_fn(state)
         metrics = parallel.to_host(metrics)
         step_times.append(time.perf_counter() - t)
         record = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
-        record["wall_time"] = time.perf_counter() - wall_start
+        record["wall_time"] = metrics_log.elapsed()
         metrics_log.append(record)
         if record["energy"] is None:
             status = "failed"
@@ -174,31 +220,30 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
         if (step + 1) % log_every == 0:
             log.info("step %d  E = %.8f ± %.2e  var %.3e  acc %.2f", step + 1, record["energy"],
                      record["energy_error"], record["variance"], record["acceptance"])
-        if (step + 1) % settings.checkpoint_every == 0 and step + 1 < settings.n_iter:
-            _save(run_dir, state, checkpoint_meta(step + 1))
+        if step + 1 == settings.n_iter:
+            break
+        if stop.requested():
+            status = "preempted"
+            log.warning("stop signal received: saving a checkpoint at step %d", step + 1)
+            _save(run_dir, state, _checkpoint_meta(settings, step + 1))
+            break
+        if (step + 1) % settings.checkpoint_every == 0:
+            _save(run_dir, state, _checkpoint_meta(settings, step + 1))
             last_good = step + 1
     if bar is not None:
         bar.close()
+    return state, status, step_times
 
-    final = {}
-    if status == "completed":
-        _save(run_dir, state, checkpoint_meta(settings.n_iter))
-        est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds), in_shardings=(shardings,),
-                      out_shardings=(shardings.chains, layout.replicated))
-        _, final = est(state)
-        final = {k: _finite(v) for k, v in parallel.to_host(final).items()}
 
-    timed = step_times[WARMUP_STEPS:] or step_times
-    summary = _summary(experiment, layout, status, final, exact_energy, n_params,
-                       pystats.median(timed) if timed else None, compile_seconds,
-                       time.perf_counter() - wall_start, metrics_log.records)
-    if _is_writer():
-        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
-        plot_energy(metrics_log.records, exact_energy, run_dir / "energy.png")
-    _report(summary)
-    if status == "failed":
-        sys.exit(1)
-    return summary
+def _completed_summary(run_dir, settings):
+    """The summary of a finished run of the same length, when resuming is on."""
+    path = run_dir / SUMMARY
+    if not (settings.resume and path.exists() and checkpoint.exists(run_dir / "checkpoint")):
+        return None
+    summary = json.loads(path.read_text())
+    if summary.get("status") == "completed" and summary.get("n_iter") == settings.n_iter:
+        return summary
+    return None
 
 
 def _save(run_dir, state, meta):

@@ -8,7 +8,7 @@ from runner.parallel import configure_threads
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
-def _check_group_choices(argv):
+def check_group_choices(argv):
     """Refuses `group=option` overrides naming a missing option, in one sentence (exit 2).
 
     Hydra would print a multi-line error and exit 1; a bad option is a config error.
@@ -31,7 +31,7 @@ def _check_group_choices(argv):
 
 def main():
     configure_threads()
-    _check_group_choices(sys.argv[1:])
+    check_group_choices(sys.argv[1:])
     import hydra
 
     from runner import app

@@ -23,6 +23,7 @@ BACKENDS = ("single", "sharded", "distributed", "multinode")
 # A dead peer is noticed by the coordination service after this many seconds without a
 # heartbeat; the survivors then stop with an error instead of waiting in a collective.
 HEARTBEAT_TIMEOUT_S = 10
+PROXY_VARS = ("grpc_proxy", "https_proxy", "http_proxy", "GRPC_PROXY", "HTTPS_PROXY", "HTTP_PROXY")
 
 _initialized: dict | None = None
 
@@ -76,6 +77,39 @@ def detect_cluster(env=None) -> dict | None:
     if "OMPI_COMM_WORLD_SIZE" in env and "OMPI_COMM_WORLD_RANK" in env:
         return {"launcher": "openmpi", **extra}
     return None
+
+
+def coordinator_host(parallel: dict, env=None) -> str | None:
+    """The host every process connects to, when it can be known before joining."""
+    env = os.environ if env is None else env
+    if parallel.get("backend") == "distributed":
+        return str(parallel.get("coordinator_address", "")).rpartition(":")[0] or None
+    if parallel.get("backend") == "multinode":
+        if "SUBMITIT_LOCAL_JOB_ID" in env:
+            return "127.0.0.1"
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+        if nodes:  # JAX takes the first node: "node[01-04],x" -> "node01"
+            first = nodes.split(",")[0]
+            if "[" in first:
+                prefix, _, rest = first.partition("[")
+                first = prefix + rest.split("-")[0].split(",")[0].rstrip("]")
+            return first
+    return None
+
+
+def bypass_proxy(host: str | None, env=None) -> None:
+    """Adds the coordinator host to no_proxy/NO_PROXY when a proxy variable is set.
+
+    gRPC honours http(s)_proxy but not wildcard no_proxy entries (`10.0.0.*`), so without
+    this the coordinator connection goes to the proxy and hangs.
+    """
+    env = os.environ if env is None else env
+    if not host or not any(env.get(v) for v in PROXY_VARS):
+        return
+    for var in ("no_proxy", "NO_PROXY"):
+        entries = [e for e in env.get(var, "").split(",") if e]
+        if host not in entries:
+            env[var] = ",".join([*entries, host])
 
 
 def _distributed_args(parallel: dict) -> dict:
@@ -165,6 +199,7 @@ def initialize(parallel: dict, x64: bool) -> None:
         jax.config.update("jax_num_cpu_devices", n)
     if backend in ("distributed", "multinode"):
         args = _distributed_args(parallel)
+        bypass_proxy(coordinator_host(parallel))
         timeout = require_int("init_timeout_s", parallel.get("init_timeout_s", 120), minimum=1)
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         _join(args, timeout)

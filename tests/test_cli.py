@@ -116,6 +116,36 @@ def test_kill_and_resume_continues_exactly(tmp_path):
     assert read_summary(reference)["energy"] == read_summary(killed)["energy"]
 
 
+def test_stop_signal_checkpoints_and_resume_is_exact(tmp_path):
+    """SIGTERM (SLURM preemption, scontrol requeue) stops at a step boundary after a checkpoint."""
+    reference, stopped = tmp_path / "reference", tmp_path / "stopped"
+    run_cli([*RESUME, f"hydra.run.dir={reference}"], REPO, check=True)
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *RESUME, f"hydra.run.dir={stopped}"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = stopped / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 15:
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.005)
+    stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 3, stderr
+    summary = read_summary(stopped)
+    assert summary["status"] == "preempted"
+    n_done = len(read_metrics(stopped))
+    assert 15 <= n_done < 60
+    with np.load(stopped / "checkpoint" / "state.npz") as data:  # saved at the stopping step
+        assert json.loads(bytes(data["meta"]).decode())["step"] == n_done
+
+    run_cli([*RESUME, f"hydra.run.dir={stopped}"], REPO, check=True)
+    assert [m["energy"] for m in read_metrics(stopped)] == [m["energy"] for m in read_metrics(reference)]
+    assert read_summary(stopped)["energy"] == read_summary(reference)["energy"]
+    assert read_summary(stopped)["status"] == "completed"
+    # A second re-run finds the run completed and skips it without compiling.
+    again = run_cli([*RESUME, f"hydra.run.dir={stopped}"], REPO, check=True)
+    assert "already completed" in again.stderr + again.stdout
+
+
 def test_extending_a_finished_run_matches_a_longer_run(tmp_path):
     short, long = tmp_path / "short", tmp_path / "long"
     base = [*SMALL, "exact=false", "checkpoint_every=100"]

@@ -1,0 +1,305 @@
+"""`python -m runner.report DIR`: every run under DIR in one table (printed, CSV) and two plots."""
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+OVERRIDES = Path(".hydra") / "overrides.yaml"
+CONFIG = Path(".hydra") / "config.yaml"
+RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably still running
+
+COLUMNS = ("status", "steps", "energy", "energy_error", "exact_energy", "relative_error", "v_score",
+           "ms_per_iter", "processes", "devices")
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run directories under `root` (itself included): those with a summary, metrics or Hydra record.
+
+    Hidden folders (`.submitit`, `.hydra`) and checkpoints are not searched.
+    """
+    runs = []
+    for here, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "checkpoint")
+        here = Path(here)
+        if SUMMARY in files or METRICS in files or (here / OVERRIDES).is_file():
+            runs.append(here)
+    return runs
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_metrics(path: Path) -> list[dict]:
+    records = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return records
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line cut short by a killed writer
+            continue
+    return records
+
+
+def _read_overrides(run: Path) -> dict[str, str]:
+    """`key=value` overrides of a Hydra run (group choices included), as strings."""
+    try:
+        import yaml
+
+        items = yaml.safe_load((run / OVERRIDES).read_text()) or []
+    except (OSError, ImportError, ValueError):
+        return {}
+    out = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if sep:
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def _configured_n_iter(run: Path):
+    try:
+        import yaml
+
+        return (yaml.safe_load((run / CONFIG).read_text()) or {}).get("n_iter")
+    except (OSError, ImportError, ValueError, AttributeError):
+        return None
+
+
+def _status_without_summary(run: Path, records: list[dict]) -> str:
+    """A run with no summary was killed, is running, or has not started its first step."""
+    if not records:
+        return "started" if (run / OVERRIDES).is_file() else "unknown"
+    age = time.time() - (run / METRICS).stat().st_mtime
+    return "running" if age < RUNNING_IF_WRITTEN_WITHIN_S else "incomplete"
+
+
+def collect(root: Path) -> list[dict]:
+    """One row per run: its overrides (`overrides`), the table columns and its metrics (`records`)."""
+    rows = []
+    for run in find_runs(root):
+        summary = _read_json(run / SUMMARY) or {}
+        records = _read_metrics(run / METRICS)
+        n_iter = summary.get("n_iter", _configured_n_iter(run))
+        done = summary.get("steps_done", len(records))
+        row = {
+            "run": "." if run == root else str(run.relative_to(root)),
+            "path": run,
+            "overrides": _read_overrides(run),
+            "records": records,
+            "status": summary.get("status") or _status_without_summary(run, records),
+            "steps": f"{done}/{n_iter}" if n_iter is not None else str(done),
+        }
+        if summary:
+            for key in ("energy", "energy_error", "exact_energy", "relative_error", "v_score",
+                        "processes", "devices"):
+                row[key] = summary.get(key)
+            spi = summary.get("seconds_per_iter")
+            row["ms_per_iter"] = 1e3 * spi if spi is not None else None
+        elif records:  # the latest step's estimate, for a run that has not finished
+            row["energy"] = records[-1].get("energy")
+            row["energy_error"] = records[-1].get("energy_error")
+        exact, energy = row.get("exact_energy"), row.get("energy")
+        if row.get("relative_error") is None and exact and energy is not None:
+            row["relative_error"] = abs(energy - exact) / abs(exact)
+        rows.append(row)
+    return rows
+
+
+def swept_keys(rows: list[dict]) -> list[str]:
+    """Override keys whose value differs between runs (in first-seen order)."""
+    keys = []
+    for row in rows:
+        keys += [k for k in row["overrides"] if k not in keys]
+    return [k for k in keys if len({row["overrides"].get(k) for row in rows}) > 1]
+
+
+def _sort_key(row):
+    # Hydra's sweep subdirs start with the job number: 0_..., 1_..., 10_...
+    head = row["run"].split("/")[-1].split("_")[0]
+    return (int(head) if head.isdigit() else math.inf, row["run"])
+
+
+def _fmt(value, kind=None):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if kind == "energy":
+            return f"{value:.8f}"
+        if kind == "ms":
+            return f"{value:.2f}"
+        return f"{value:.2e}"
+    return str(value)
+
+
+def table(rows: list[dict], keys: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Header and text cells of the printed table."""
+    header = (keys or ["run"]) + ["status", "steps", "energy", "exact", "rel. error", "V-score",
+                                  "ms/iter", "procs/devs"]
+    cells = []
+    for row in rows:
+        energy = row.get("energy")
+        if energy is not None and row.get("energy_error") is not None:
+            energy_text = f"{energy:.8f} ± {row['energy_error']:.1e}"
+        else:
+            energy_text = _fmt(energy, "energy")
+        procs = f"{_fmt(row.get('processes'))}/{_fmt(row.get('devices'))}"
+        cells.append([row["overrides"].get(k, "-") for k in keys] if keys else [row["run"]])
+        cells[-1] += [row["status"], row["steps"], energy_text, _fmt(row.get("exact_energy"), "energy"),
+                      _fmt(row.get("relative_error")), _fmt(row.get("v_score")),
+                      _fmt(row.get("ms_per_iter"), "ms"), procs]
+    return header, cells
+
+
+def format_table(header, cells) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *cells)]
+    line = lambda cs: "  ".join(str(c).ljust(w) for c, w in zip(cs, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(c) for c in cells])
+
+
+def write_csv(rows: list[dict], keys: list[str], path: Path) -> None:
+    """All runs with their swept overrides and full-precision numbers."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["run"] + keys + list(COLUMNS))
+        for row in rows:
+            writer.writerow([row["run"]] + [row["overrides"].get(k, "") for k in keys]
+                            + ["" if row.get(c) is None else row.get(c) for c in COLUMNS])
+
+
+def _as_float(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def plot_sweep(rows: list[dict], key: str, path: Path) -> bool:
+    """Relative error (when every finished run has one) or energy against the swept `key`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(_as_float(r["overrides"].get(key)), r) for r in rows if r.get("energy") is not None
+              and r["status"] == "completed"]
+    points = sorted((x, r) for x, r in points if x is not None) if points else []
+    if not points:
+        return False
+    xs = [x for x, _ in points]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if all(r.get("relative_error") is not None for _, r in points):
+        ax.plot(xs, [max(r["relative_error"], 1e-16) for _, r in points], "o-")
+        ax.set_yscale("log")
+        ax.set_ylabel("relative error")
+    else:
+        ax.errorbar(xs, [r["energy"] for _, r in points],
+                    yerr=[r.get("energy_error") or 0.0 for _, r in points], fmt="o-", capsize=3)
+        exact = [(x, r["exact_energy"]) for x, r in points if r.get("exact_energy") is not None]
+        if exact:
+            ax.plot(*zip(*exact), "k--", label="exact")
+            ax.legend()
+        ax.set_ylabel("energy")
+    ax.set_xlabel(key)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_convergence(rows: list[dict], keys: list[str], path: Path) -> bool:
+    """Energy against step for every run with metrics; relative error too when exact is known."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = [r for r in rows if any(rec.get("energy") is not None for rec in r["records"])]
+    if not curves:
+        return False
+    with_exact = [r for r in curves if r.get("exact_energy")]
+    fig, axes = plt.subplots(1, 2 if with_exact else 1, figsize=(11 if with_exact else 6.5, 4), squeeze=False)
+    for row in curves:
+        label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys) or row["run"]
+        steps = [rec["step"] for rec in row["records"] if rec.get("energy") is not None]
+        energy = [rec["energy"] for rec in row["records"] if rec.get("energy") is not None]
+        (line,) = axes[0, 0].plot(steps, energy, lw=1, label=label)
+        if row.get("exact_energy"):
+            exact = row["exact_energy"]
+            axes[0, 0].axhline(exact, color=line.get_color(), ls="--", lw=0.8)
+            axes[0, 1].plot(steps, [max(abs(e - exact) / abs(exact), 1e-16) for e in energy], lw=1,
+                            color=line.get_color(), label=label)
+    axes[0, 0].set_xlabel("step")
+    axes[0, 0].set_ylabel("energy")
+    if with_exact:
+        axes[0, 1].set_yscale("log")
+        axes[0, 1].set_xlabel("step")
+        axes[0, 1].set_ylabel("relative error")
+    if len(curves) <= 12:
+        axes[0, 0].legend(fontsize=7)
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def report(root: Path, plots: bool = True) -> list[dict]:
+    """Prints the table, writes report.csv (and report.png, convergence.png) into `root`.
+
+    Returns:
+        The rows, one per run (empty when `root` holds no run).
+    """
+    rows = sorted(collect(root), key=_sort_key)
+    if not rows:
+        return rows
+    keys = swept_keys(rows)
+    print(format_table(*table(rows, keys)))
+    counts = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    print(f"\n{len(rows)} run(s): " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    write_csv(rows, keys, root / "report.csv")
+    written = [root / "report.csv"]
+    if plots:
+        numeric = [k for k in keys if all(_as_float(r["overrides"].get(k)) is not None for r in rows)]
+        if len(keys) == 1 and numeric and plot_sweep(rows, keys[0], root / "report.png"):
+            written.append(root / "report.png")
+        if plot_convergence(rows, keys, root / "convergence.png"):
+            written.append(root / "convergence.png")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runner.report", description=__doc__)
+    parser.add_argument("dir", type=Path, help="a run directory or a sweep directory")
+    parser.add_argument("--no-plots", action="store_true", help="only the table and the CSV")
+    args = parser.parse_args(argv)
+    if not args.dir.is_dir():
+        print(f"Error: {args.dir} is not a directory.", file=sys.stderr)
+        return 2
+    if not report(args.dir, plots=not args.no_plots):
+        print(f"Error: no runs under {args.dir} (no summary.json, metrics.jsonl or .hydra/overrides.yaml).",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
