@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from models.common import check_param_dtype, log_cosh, normal
+from models.common import check_param_dtype, log_cosh, log_cosh_real_part, normal
 from runner.errors import ConfigError
 
 
@@ -29,17 +29,24 @@ class MLP(nn.Module):
         super().__post_init__()
 
     @nn.compact
-    def __call__(self, sigma_xN):
+    def features(self, sigma_xN):
+        """Pre-activations of the last layer [..., hidden[-1]]."""
         x = sigma_xN.astype(self.param_dtype)
-        for width in self.hidden:
-            scale = 1.0 / math.sqrt(x.shape[-1])
-            x = log_cosh(
-                nn.Dense(
-                    width,
-                    param_dtype=self.param_dtype,
-                    dtype=self.param_dtype,
-                    kernel_init=normal(scale),
-                    bias_init=normal(0.01),
-                )(x)
-            )
-        return jnp.sum(x, axis=-1)
+        for i, width in enumerate(self.hidden):
+            if i:
+                x = log_cosh(x)
+            x = nn.Dense(
+                width,
+                param_dtype=self.param_dtype,
+                dtype=self.param_dtype,
+                kernel_init=normal(1.0 / math.sqrt(x.shape[-1])),
+                bias_init=normal(0.01),
+            )(x)
+        return x
+
+    def __call__(self, sigma_xN):
+        return jnp.sum(log_cosh(self.features(sigma_xN)), axis=-1)
+
+    def log_abs(self, sigma_xN):
+        """Re log psi, cheaper than the real part of __call__ for complex parameters."""
+        return jnp.sum(log_cosh_real_part(self.features(sigma_xN)), axis=-1)

@@ -5,7 +5,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from models.common import check_param_dtype, log_cosh, normal
+from models.common import check_param_dtype, log_cosh, log_cosh_real_part, normal
 from runner.errors import ConfigError
 
 
@@ -30,7 +30,8 @@ class RBM(nn.Module):
         super().__post_init__()
 
     @nn.compact
-    def __call__(self, sigma_xN):
+    def features(self, sigma_xN):
+        """Hidden pre-activations theta [..., M] and the visible term a.s [...]."""
         n = sigma_xN.shape[-1]
         n_hidden = max(1, int(round(self.alpha * n)))
         x = sigma_xN.astype(self.param_dtype)
@@ -42,8 +43,16 @@ class RBM(nn.Module):
             bias_init=normal(0.01),
             name="hidden",
         )(x)
-        out = jnp.sum(log_cosh(theta), axis=-1)
-        if self.use_visible_bias:
-            a = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
-            out = out + x @ a
-        return out
+        if not self.use_visible_bias:
+            return theta, jnp.zeros(x.shape[:-1], x.dtype)
+        a = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
+        return theta, x @ a
+
+    def __call__(self, sigma_xN):
+        theta, visible = self.features(sigma_xN)
+        return jnp.sum(log_cosh(theta), axis=-1) + visible
+
+    def log_abs(self, sigma_xN):
+        """Re log psi, cheaper than the real part of __call__ for complex parameters."""
+        theta, visible = self.features(sigma_xN)
+        return jnp.sum(log_cosh_real_part(theta), axis=-1) + jnp.real(visible)

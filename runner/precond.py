@@ -2,17 +2,19 @@
 
 All of them take the centred, scaled log-derivatives and local energies
 
-    Obar_SxP = (O - <O>) / sqrt(N_s),   eps_S = (E_loc - <E>) / sqrt(N_s)
+    Obar_PxS = (O - <O>)^T / sqrt(N_s),   eps_S = (E_loc - <E>) / sqrt(N_s)
 
-and the gradient mode, and return the update direction in parameter space:
+(parameters first: XLA's CPU matrix product is about twice as fast with the contraction on
+the trailing axis of both operands) and the gradient mode, and return the update direction:
 
-- mode "real" (real parameters): force F = 2 Re(Obar^H eps), metric S = Re(Obar^H Obar);
-- mode "holomorphic" (complex parameters, holomorphic log psi): F = Obar^H eps = dE/dconj(z),
-  S = Obar^H Obar.
+- mode "real" (real parameters): force F = 2 Re(conj(Obar) eps), metric S = Re(conj(Obar) Obar^T);
+- mode "holomorphic" (complex parameters, holomorphic log psi): F = conj(Obar) eps = dE/dconj(z),
+  S = conj(Obar) Obar^T.
 
 SR returns (S + diag_shift I)^-1 F. minSR returns the same vector through the sample-space
-identity (A^H A + l)^-1 A^H = A^H (A A^H + l)^-1, which is cheaper with more parameters than
-samples.
+identity (A^H A + l)^-1 A^H = A^H (A A^H + l)^-1, cheaper with more parameters than samples.
+Complex Gram matrices are assembled from one real product of stacked real and imaginary
+parts (about 3x faster than XLA's complex product on CPU).
 """
 
 import functools
@@ -25,20 +27,28 @@ from runner.errors import require_choice, require_number
 SOLVERS = ("cholesky", "eigh")
 
 
-def _real_rows(Obar_SxP, eps_S):
-    """Stacks real and imaginary parts so that mode "real" becomes a real least-squares."""
-    if jnp.iscomplexobj(Obar_SxP) or jnp.iscomplexobj(eps_S):
-        Obar_SxP = jnp.concatenate([jnp.real(Obar_SxP), jnp.imag(Obar_SxP)], axis=0)
-        eps_S = jnp.concatenate([jnp.real(eps_S), jnp.imag(eps_S)], axis=0)
-    return Obar_SxP, eps_S
+def _split_samples(Obar_PxS, eps_S):
+    """Mode "real" with complex inputs is a real problem with twice the samples."""
+    if jnp.iscomplexobj(Obar_PxS) or jnp.iscomplexobj(eps_S):
+        Obar_PxS = jnp.concatenate([jnp.real(Obar_PxS), jnp.imag(Obar_PxS)], axis=1)
+        eps_S = jnp.concatenate([jnp.real(eps_S), jnp.imag(eps_S)])
+    return Obar_PxS, eps_S
 
 
-def force(Obar_SxP, eps_S, mode):
+def _hermitian_gram(A_PxS):
+    """conj(A) A^T for complex A, from one real product of [Re A; Im A]."""
+    n = A_PxS.shape[0]
+    B = jnp.concatenate([jnp.real(A_PxS), jnp.imag(A_PxS)], axis=0)
+    G = B @ B.T
+    return jax.lax.complex(G[:n, :n] + G[n:, n:], G[:n, n:] - G[n:, :n])
+
+
+def force(Obar_PxS, eps_S, mode):
     """The energy gradient F in the convention of `mode` (see the module docstring)."""
     if mode == "real":
-        A, b = _real_rows(Obar_SxP, eps_S)
-        return 2.0 * (A.T @ b)
-    return jnp.conj(Obar_SxP).T @ eps_S
+        A, b = _split_samples(Obar_PxS, eps_S)
+        return 2.0 * (A @ b)
+    return jnp.conj(Obar_PxS) @ eps_S
 
 
 def _solve_psd(M, rhs, solver):
@@ -62,35 +72,33 @@ def _solve_psd(M, rhs, solver):
     return jax.lax.cond(jnp.all(jnp.isfinite(x)), lambda _: x, by_eigh, None)
 
 
-def identity_update(Obar_SxP, eps_S, mode):
+def _shifted(M, diag_shift):
+    return M + diag_shift * jnp.eye(M.shape[0], dtype=M.dtype)
+
+
+def identity_update(Obar_PxS, eps_S, mode):
     """No preconditioning: the plain gradient."""
-    return force(Obar_SxP, eps_S, mode)
+    return force(Obar_PxS, eps_S, mode)
 
 
-def sr_update(Obar_SxP, eps_S, mode, *, diag_shift, solver):
+def sr_update(Obar_PxS, eps_S, mode, *, diag_shift, solver):
     """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F."""
     if mode == "real":
-        A, b = _real_rows(Obar_SxP, eps_S)
-        S = A.T @ A
-        F = 2.0 * (A.T @ b)
+        A, _ = _split_samples(Obar_PxS, eps_S)
+        S = A @ A.T
     else:
-        A_H = jnp.conj(Obar_SxP).T
-        S = A_H @ Obar_SxP
-        F = A_H @ eps_S
-    S = S + diag_shift * jnp.eye(S.shape[0], dtype=S.dtype)
-    return _solve_psd(S, F, solver)
+        S = _hermitian_gram(Obar_PxS)
+    return _solve_psd(_shifted(S, diag_shift), force(Obar_PxS, eps_S, mode), solver)
 
 
-def minsr_update(Obar_SxP, eps_S, mode, *, diag_shift, solver):
+def minsr_update(Obar_PxS, eps_S, mode, *, diag_shift, solver):
     """minSR: the SR solution computed in sample space, x = A^H (A A^H + diag_shift)^-1 b."""
     if mode == "real":
-        A, b = _real_rows(Obar_SxP, eps_S)
-        T = A @ A.T
-        T = T + diag_shift * jnp.eye(T.shape[0], dtype=T.dtype)
-        return 2.0 * (A.T @ _solve_psd(T, b, solver))
-    T = Obar_SxP @ jnp.conj(Obar_SxP).T
-    T = T + diag_shift * jnp.eye(T.shape[0], dtype=T.dtype)
-    return jnp.conj(Obar_SxP).T @ _solve_psd(T, eps_S, solver)
+        A, b = _split_samples(Obar_PxS, eps_S)
+        return 2.0 * (A @ _solve_psd(_shifted(A.T @ A, diag_shift), b, solver))
+    # Sample-space matrix Obar^T conj(Obar) = conj(conj(Obar)^T Obar): a Gram of the transpose.
+    T = jnp.conj(_hermitian_gram(Obar_PxS.T))
+    return jnp.conj(Obar_PxS) @ _solve_psd(_shifted(T, diag_shift), eps_S, solver)
 
 
 def none():

@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,8 @@ METRICS = "metrics.jsonl"
 OVERRIDES = Path(".hydra") / "overrides.yaml"
 CONFIG = Path(".hydra") / "config.yaml"
 RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably still running
+# what runner.app logs (into the run's Hydra job log, from any rank) when a process raises
+FAILED_LINE = re.compile(r"\] - process \d+ of \d+ failed$", re.M)
 
 COLUMNS = ("status", "steps", "energy", "energy_error", "exact_energy", "relative_error", "v_score",
            "ms_per_iter", "processes", "devices")
@@ -79,8 +82,22 @@ def _configured_n_iter(run: Path):
         return None
 
 
+def _failed_in_log(run: Path) -> bool:
+    """The Hydra job log (`<job name>.log`, shared by all ranks) records a failed process."""
+    for log in run.glob("*.log"):
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        if FAILED_LINE.search(text):
+            return True
+    return False
+
+
 def _status_without_summary(run: Path, records: list[dict]) -> str:
-    """A run with no summary was killed, is running, or has not started its first step."""
+    """A run with no summary failed on some rank, was killed, is running, or has not started."""
+    if _failed_in_log(run):
+        return "failed"
     if not records:
         return "started" if (run / OVERRIDES).is_file() else "unknown"
     age = time.time() - (run / METRICS).stat().st_mtime

@@ -192,12 +192,12 @@ def init_chains(sampler, seed: int) -> ChainState:
 # --- sampling -----------------------------------------------------------------------------
 
 
-def sample(sampler, logpsi_fn, params, chains: ChainState):
-    """Draws `sampler.n_samples` configurations.
+def sample(sampler, log_abs_fn, params, chains: ChainState):
+    """Draws `sampler.n_samples` configurations from |psi|^2.
 
     Args:
         sampler: a MetropolisSampler or ExactSampler.
-        logpsi_fn: (params, sigma_xN) -> log psi [...].
+        log_abs_fn: (params, sigma_xN) -> Re log psi [...] (log |psi|).
         params: model parameters (replicated).
         chains: current chain state (leading axis C).
 
@@ -206,8 +206,8 @@ def sample(sampler, logpsi_fn, params, chains: ChainState):
         samples per chain in chain order, and the mean acceptance rate (1 for exact).
     """
     if isinstance(sampler, ExactSampler):
-        return _sample_exact(sampler, logpsi_fn, params, chains)
-    return _sample_metropolis(sampler, logpsi_fn, params, chains)
+        return _sample_exact(sampler, log_abs_fn, params, chains)
+    return _sample_metropolis(sampler, log_abs_fn, params, chains)
 
 
 def _draw(sampler, key, n_steps):
@@ -218,7 +218,7 @@ def _draw(sampler, key, n_steps):
     return moves, log_u
 
 
-def _sample_metropolis(sampler: MetropolisSampler, logpsi_fn, params, chains: ChainState):
+def _sample_metropolis(sampler: MetropolisSampler, log_abs_fn, params, chains: ChainState):
     T = sampler.samples_per_chain
     n_sweeps = sampler.n_discard_per_chain + T
     n_steps = n_sweeps * sampler.sweep_size
@@ -230,32 +230,31 @@ def _sample_metropolis(sampler: MetropolisSampler, logpsi_fn, params, chains: Ch
     propose = jax.vmap(sampler.rule)
 
     def step(carry, xs):
-        sigma_CxN, logpsi_C, n_accepted_C = carry
+        sigma_CxN, log_abs_C, n_accepted_C = carry
         move_C, log_u_C = xs
         proposed_CxN = propose(sigma_CxN, move_C)
-        logpsi_new_C = logpsi_fn(params, proposed_CxN)
-        log_ratio_C = 2.0 * jnp.real(logpsi_new_C - logpsi_C)
-        accept_C = log_u_C < log_ratio_C
+        log_abs_new_C = log_abs_fn(params, proposed_CxN)
+        accept_C = log_u_C < 2.0 * (log_abs_new_C - log_abs_C)
         sigma_CxN = jnp.where(accept_C[:, None], proposed_CxN, sigma_CxN)
-        logpsi_C = jnp.where(accept_C, logpsi_new_C, logpsi_C)
-        return (sigma_CxN, logpsi_C, n_accepted_C + accept_C), None
+        log_abs_C = jnp.where(accept_C, log_abs_new_C, log_abs_C)
+        return (sigma_CxN, log_abs_C, n_accepted_C + accept_C), None
 
     def sweep(carry, xs):
         carry, _ = jax.lax.scan(step, carry, xs)
         return carry, carry[0]
 
-    logpsi_C = logpsi_fn(params, chains.sigma_CxN)
+    log_abs_C = log_abs_fn(params, chains.sigma_CxN)
     n_accepted_C = jnp.zeros(chains.sigma_CxN.shape[0], jnp.int32)
-    carry = (chains.sigma_CxN, logpsi_C, n_accepted_C)
+    carry = (chains.sigma_CxN, log_abs_C, n_accepted_C)
     carry, sigma_SxCxN = jax.lax.scan(sweep, carry, (moves_SxC, log_u_SxC))
     sigma_CxTxN = jnp.swapaxes(sigma_SxCxN[sampler.n_discard_per_chain :], 0, 1)
     acceptance = jnp.mean(carry[2]) / n_steps
     return ChainState(carry[0], key_C), sigma_CxTxN, acceptance
 
 
-def _sample_exact(sampler: ExactSampler, logpsi_fn, params, chains: ChainState):
+def _sample_exact(sampler: ExactSampler, log_abs_fn, params, chains: ChainState):
     states_DxN = jnp.asarray(all_states(sampler.hilbert))
-    log_p_D = 2.0 * jnp.real(logpsi_fn(params, states_DxN))
+    log_p_D = 2.0 * log_abs_fn(params, states_DxN)
     T = sampler.samples_per_chain
     split = jax.vmap(jax.random.split)(chains.key_C)
     key_C, draw_C = split[:, 0], split[:, 1]

@@ -95,7 +95,7 @@ def test_gradient_matches_exact_derivative(model_name):
     Obar, eps, E = _exact_weighted(problem, params, states, mode)
     np.testing.assert_allclose(E, _exact_energy(model, states, H)(params), rtol=1e-10)
     core_mode = "real" if mode == "split" else mode
-    F = precond.force(Obar, eps, core_mode)
+    F = precond.force(Obar.T, eps, core_mode)
     if mode == "split":
         n = F.shape[0] // 2
         F = 0.5 * (F[:n] + 1j * F[n:])
@@ -119,8 +119,8 @@ def test_sr_and_minsr_match_exact_solve(model_name, solver):
     else:
         S, F = Ob.conj().T @ Ob, Ob.conj().T @ ep
     expected = np.linalg.solve(S + shift * np.eye(len(S)), F)
-    sr = precond.sr(diag_shift=shift, solver=solver)(Obar, eps, core_mode)
-    minsr = precond.minsr(diag_shift=shift, solver=solver)(Obar, eps, core_mode)
+    sr = precond.sr(diag_shift=shift, solver=solver)(Obar.T, eps, core_mode)
+    minsr = precond.minsr(diag_shift=shift, solver=solver)(Obar.T, eps, core_mode)
     np.testing.assert_allclose(np.asarray(sr), expected, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(np.asarray(minsr), expected, rtol=1e-6, atol=1e-8)
 
@@ -131,9 +131,9 @@ def test_sr_holomorphic_equals_split_for_holomorphic_model():
     problem = _problem(model, ham)
     solve = precond.sr(diag_shift=0.02)
     Obar, eps, _ = _exact_weighted(problem, params, states, "holomorphic")
-    holo = solve(Obar, eps, "holomorphic")
+    holo = solve(Obar.T, eps, "holomorphic")
     Obar_s, eps_s, _ = _exact_weighted(problem, params, states, "split")
-    split = solve(Obar_s, eps_s, "real")
+    split = solve(Obar_s.T, eps_s, "real")
     n = split.shape[0] // 2
     np.testing.assert_allclose(np.asarray(holo), np.asarray(0.5 * (split[:n] + 1j * split[n:])), rtol=1e-7, atol=1e-10)
 
@@ -141,6 +141,6 @@ def test_sr_holomorphic_equals_split_for_holomorphic_model():
 def test_cholesky_falls_back_on_singular_metric():
     Obar = jnp.zeros((8, 3)).at[:, 0].set(jnp.linspace(-1, 1, 8))
     eps = jnp.linspace(0.5, -0.5, 8)
-    x = precond.sr(diag_shift=0.0)(Obar, eps, "real")
+    x = precond.sr(diag_shift=0.0)(Obar.T, eps, "real")
     assert np.all(np.isfinite(np.asarray(x)))
     np.testing.assert_allclose(np.asarray(x)[1:], 0.0)

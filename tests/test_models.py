@@ -28,6 +28,18 @@ def test_shapes_and_dtypes(make, dtype):
     np.testing.assert_allclose(single, out[1, 2], rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.parametrize("make", MODELS)
+def test_log_abs_is_the_real_part(make, dtype):
+    model = make(dtype)
+    sigma = jnp.where(jax.random.bernoulli(jax.random.PRNGKey(4), 0.5, (9, 7)), 1, -1).astype(jnp.int8)
+    params = model.init(jax.random.PRNGKey(5), sigma[0])["params"]
+    params = jax.tree_util.tree_map(lambda x: 40 * x, params)
+    full = model.apply({"params": params}, sigma)
+    if hasattr(type(model), "log_abs"):
+        np.testing.assert_allclose(model.apply({"params": params}, sigma, method="log_abs"), jnp.real(full), rtol=1e-12)
+
+
 @pytest.mark.parametrize("make", MODELS)
 def test_complex_models_are_holomorphic(make):
     """Cauchy-Riemann: d/d(Im z) = i d/d(Re z) for every parameter."""

@@ -15,14 +15,15 @@ from runner.hilbert import states_to_codes
 
 
 def _model_and_probs(lattice, seed=0, scale=15.0, dtype=jnp.float64):
+    """A sharply peaked RBM, its log|psi| function (the sampler's input) and exact |psi|^2."""
     model = RBM(alpha=1, param_dtype=dtype)
     states = hb.all_states(lattice)
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: x * scale, params)
-    logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
-    logp = 2 * np.real(np.asarray(logpsi(params, jnp.asarray(states))))
+    log_abs = lambda p, s: model.apply({"params": p}, s, method="log_abs")  # noqa: E731
+    logp = 2 * np.real(np.asarray(model.apply({"params": params}, jnp.asarray(states))))
     p = np.exp(logp - logp.max())
-    return logpsi, params, states, p / p.sum()
+    return log_abs, params, states, p / p.sum()
 
 
 def _chi_square_pvalue(samples, states, probs):
@@ -56,10 +57,13 @@ def _draw_many(sampler, logpsi, params, seed, rounds):
         ("exchange", hb.square(Lx=2, Ly=4, pbc=False, total_sz=1)),
         ("exact", hb.chain(6)),
         ("exact", hb.chain(8, total_sz=-1)),
+        ("local-complex", hb.chain(6)),
     ],
 )
 def test_histogram_matches_exact_distribution(kind, lattice):
-    logpsi, params, states, probs = _model_and_probs(lattice)
+    dtype = jnp.complex128 if kind.endswith("complex") else jnp.float64
+    kind = kind.removesuffix("-complex")
+    logpsi, params, states, probs = _model_and_probs(lattice, dtype=dtype)
     make = {"local": smp.metropolis_local, "exchange": smp.metropolis_exchange, "exact": smp.exact}[kind]
     # Thinned chains (4 sweeps between samples): chi-square assumes independent draws.
     thin = {} if kind == "exact" else {"sweep_size": 4 * lattice.n_sites}

@@ -1,0 +1,113 @@
+"""runner.report: run discovery, swept keys, status of unfinished runs, CSV, plots, exit status."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runner import report
+from tests.conftest import REPO, run_cli
+
+SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "n_iter=6"]
+
+
+def fake_run(path, overrides, summary=None, energies=(), age_s=0.0):
+    """A run directory as the runner writes it: .hydra/overrides.yaml, metrics.jsonl, summary.json."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (path / ".hydra" / "config.yaml").write_text("n_iter: 10\nseed: 0\n")
+    if energies:
+        lines = [json.dumps({"step": i, "energy": e, "energy_error": 0.01}) for i, e in enumerate(energies)]
+        (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        stamp = time.time() - age_s
+        os.utime(path / "metrics.jsonl", (stamp, stamp))
+    if summary is not None:
+        (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def completed(energy, exact=-10.0, **extra):
+    return {"status": "completed", "energy": energy, "energy_error": 1e-3, "exact_energy": exact,
+            "relative_error": abs(energy - exact) / abs(exact), "v_score": 1e-3, "n_iter": 10,
+            "steps_done": 10, "seconds_per_iter": 0.02, "processes": 2, "devices": 2, **extra}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """Three finished runs over model.alpha, one killed, one still running."""
+    common = ["hilbert.L=8", "n_iter=10"]
+    for i, alpha in enumerate([1, 2, 4]):
+        fake_run(tmp_path / f"{i}_model.alpha={alpha}", [f"model.alpha={alpha}", *common],
+                 completed(-10.0 + 0.1 / alpha), energies=[-9.0, -9.5, -9.9])
+    fake_run(tmp_path / "3_model.alpha=8", ["model.alpha=8", *common], energies=[-9.0, -9.2], age_s=3600)
+    fake_run(tmp_path / "4_model.alpha=16", ["model.alpha=16", *common], energies=[-9.1])
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    (tmp_path / ".submitit" / "12_0").mkdir(parents=True)  # never searched
+    return tmp_path
+
+
+def test_collect_finds_every_run_with_its_status(sweep):
+    rows = sorted(report.collect(sweep), key=report._sort_key)
+    assert [r["run"] for r in rows] == [f"{i}_model.alpha={a}" for i, a in enumerate([1, 2, 4, 8, 16])]
+    assert [r["status"] for r in rows] == ["completed"] * 3 + ["incomplete", "running"]
+    assert [r["steps"] for r in rows] == ["10/10"] * 3 + ["2/10", "1/10"]
+    assert rows[3]["energy"] == -9.2  # the latest step of a run without a summary
+    assert report.swept_keys(rows) == ["model.alpha"]
+
+
+def test_cli_prints_table_writes_csv_and_plots(sweep):
+    proc = subprocess.run([sys.executable, "-m", "runner.report", str(sweep)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:4] == ["model.alpha", "status", "steps", "energy"]
+    assert "5 run(s): 3 completed, 1 incomplete, 1 running" in proc.stdout
+    with (sweep / "report.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["model.alpha"] for r in rows] == ["1", "2", "4", "8", "16"]
+    assert float(rows[1]["energy"]) == pytest.approx(-9.95)
+    assert float(rows[1]["relative_error"]) == pytest.approx(0.005)
+    assert rows[0]["processes"] == "2" and rows[3]["processes"] == ""
+    assert (sweep / "report.png").stat().st_size > 0
+    assert (sweep / "convergence.png").stat().st_size > 0
+
+
+def test_single_run_dir_and_non_numeric_sweep(tmp_path):
+    run = fake_run(tmp_path / "a", ["model=rbm"], completed(-9.9), energies=[-9.0, -9.9])
+    fake_run(tmp_path / "b", ["model=jastrow"], completed(-9.8), energies=[-9.0, -9.8])
+    assert report.main([str(run), "--no-plots"]) == 0
+    assert (run / "report.csv").exists()
+    assert report.main([str(tmp_path)]) == 0
+    assert not (tmp_path / "report.png").exists()  # model is not a numeric parameter
+    assert (tmp_path / "convergence.png").exists()
+
+
+def test_run_whose_log_records_a_failed_process_is_failed(tmp_path):
+    run = fake_run(tmp_path / "0_x=1", ["x=1"], energies=[-9.0], age_s=3600)
+    (run / "cli.log").write_text("[2026-01-01 00:00:00,000][runner.app][ERROR] - process 1 of 2 failed\n"
+                                 "Traceback (most recent call last):\nRuntimeError: boom\n")
+    (row,) = report.collect(tmp_path)
+    assert row["status"] == "failed"
+
+
+def test_no_runs_exits_2_with_one_sentence(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "empty", tmp_path / "missing"):
+        proc = subprocess.run([sys.executable, "-m", "runner.report", str(target)], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_report_of_a_real_local_sweep(tmp_path):
+    run_cli(["-m", *SMALL, "model.alpha=1,2", "exact=true", f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
+    rows = report.report(tmp_path)
+    assert [r["overrides"]["model.alpha"] for r in rows] == ["1", "2"]
+    assert all(r["status"] == "completed" and r["relative_error"] is not None for r in rows)
+    assert all(r["processes"] == 1 for r in rows)
+    assert (tmp_path / "report.png").exists() and (tmp_path / "convergence.png").exists()
