@@ -1,0 +1,57 @@
+"""Matrix-free exact diagonalisation against dense Pauli matrices and closed forms."""
+
+import numpy as np
+import pytest
+
+from runner import exact, operators
+from runner import hilbert as hb
+from tests.dense import basis_index, dense_heisenberg, dense_ising
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (hb.chain(7), lambda h: operators.ising(h, 0.7, 1.3), "ising"),
+        lambda: (hb.square(Lx=2, Ly=4, pbc=False), lambda h: operators.ising(h, 1.0, 3.0), "ising"),
+        lambda: (hb.chain(8), lambda h: operators.heisenberg(h, 1.0, 0.4, False), "heis"),
+        lambda: (hb.chain(8, total_sz=0), lambda h: operators.heisenberg(h, 1.0, 0.4, True), "heis"),
+        lambda: (hb.chain(9, total_sz=0.5), lambda h: operators.heisenberg(h, 1.0, 0.0, False), "heis"),
+        lambda: (hb.square(Lx=2, Ly=3, pbc=False, total_sz=1), lambda h: operators.heisenberg(h, 1.0, 0.3, None), "heis"),
+    ],
+)
+def test_ground_energy_matches_dense(make):
+    lattice, make_ham, kind = make()
+    ham = make_ham(lattice)
+    n = lattice.n_sites
+    if kind == "ising":
+        H = dense_ising(lattice.bonds, n, -ham.zz_coef[0], -ham.x_coef[0])
+    else:
+        H = dense_heisenberg(lattice.bonds, [], n, ham.zz_coef[0], 0.0)
+        H = dense_heisenberg(lattice.bonds, lattice.next_bonds, n, ham.zz_coef[0],
+                             ham.zz_coef[len(lattice.bonds)] if len(ham.zz_coef) > len(lattice.bonds) else 0.0)
+    idx = basis_index(hb.all_states(lattice))
+    expected = np.linalg.eigvalsh(H[np.ix_(idx, idx)])[0]
+    np.testing.assert_allclose(exact.ground_energy(ham, lattice), expected, rtol=1e-10)
+
+
+def test_full_space_matvec_equals_sparse_matrix():
+    lattice = hb.chain(9, pbc=False)
+    ham = operators.heisenberg(lattice, 1.0, 0.5, True)
+    states = hb.all_states(lattice)
+    v = np.random.default_rng(1).standard_normal(2**9)
+    np.testing.assert_allclose(exact._full_space_matvec(ham, 9)(v), operators.to_sparse(ham, states) @ v, atol=1e-12)
+
+
+def test_tfim_chain_closed_form():
+    """Periodic TFIM at h=J=1 (even L): E0 = -sum_k 2|cos(k/2)|, k = (2m+1) pi / L."""
+    L = 14
+    k = (2 * np.arange(L) + 1) * np.pi / L
+    closed = -np.sum(2 * np.abs(np.cos(k / 2)))
+    np.testing.assert_allclose(exact.ground_energy(operators.ising(hb.chain(L), 1.0, 1.0), hb.chain(L)), closed, rtol=1e-10)
+
+
+def test_auto_threshold():
+    assert exact.wants_exact("auto", hb.chain(20))
+    assert not exact.wants_exact("auto", hb.chain(21))
+    assert exact.wants_exact("auto", hb.chain(24, total_sz=0)) is False
+    assert exact.wants_exact(True, hb.chain(30)) and not exact.wants_exact(False, hb.chain(4))
