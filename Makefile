@@ -27,3 +27,17 @@ test: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) outputs multirun
+
+# A local SLURM for the SLURM launcher and its tests (docs/slurm.md). Root only; installs the
+# Debian packages when missing. `SLURM_NODES=2 make slurm-up` emulates two nodes.
+# Use it from a shell with: eval "$(make -s slurm-env)"
+.PHONY: slurm-up slurm-down slurm-env
+
+slurm-up:
+	bash scripts/slurm/up.sh
+
+slurm-down:
+	bash scripts/slurm/down.sh
+
+slurm-env:
+	@bash scripts/slurm/env.sh

@@ -4,6 +4,7 @@ import functools
 import json
 import logging
 import math
+import os
 import statistics as pystats
 import sys
 import time
@@ -52,12 +53,34 @@ def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
     except parallel.DistributedInitError as err:
         print(err, file=sys.stderr)
         sys.exit(1)
+    _quiet_other_ranks()
     try:
         return execute(experiment, layout, run_dir)
-    except Exception:
+    except Exception as err:
         # Every rank reports its own failure: launchers often show only rank 0's.
         log.exception("process %d of %d failed", jax.process_index(), jax.process_count())
+        if _is_writer():
+            _write_failure(run_dir, err)
+        if jax.process_count() > 1:
+            # Hydra would catch the error and let this task exit 0 while its peers wait in a
+            # collective; exiting now lets the launcher (KillOnBadExit) end the step at once.
+            logging.shutdown()
+            os._exit(1)
         raise
+
+
+def _quiet_other_ranks():
+    """Ranks other than 0 log only warnings and errors: they share one log file."""
+    if jax.process_count() > 1 and jax.process_index() != 0:
+        for handler in logging.getLogger().handlers:
+            handler.setLevel(logging.WARNING)
+
+
+def _write_failure(run_dir: Path, err: Exception):
+    path = run_dir / SUMMARY
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary.update(status="failed", error=f"{type(err).__name__}: {err}".splitlines()[0][:500])
+    path.write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def _finite(x):
@@ -170,6 +193,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
         timed = step_times[WARMUP_STEPS:] or step_times
         summary = _summary(experiment, layout, status, final, exact_energy, n_params,
                            pystats.median(timed) if timed else None, compile_seconds,
+                           step_times[0] if step_times else None,
                            time.perf_counter() - wall_start, metrics_log.records)
         if _is_writer():
             (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
@@ -253,7 +277,7 @@ def _save(run_dir, state, meta):
 
 
 def _summary(experiment, layout, status, final, exact_energy, n_params, seconds_per_iter,
-             compile_seconds, wall_seconds, records):
+             compile_seconds, first_step_seconds, wall_seconds, records):
     sampler = experiment.problem.sampler
     energy = final.get("energy")
     variance = final.get("variance")
@@ -284,6 +308,7 @@ def _summary(experiment, layout, status, final, exact_energy, n_params, seconds_
         "devices": layout.n_devices,
         "seconds_per_iter": seconds_per_iter,
         "compile_seconds": compile_seconds,
+        "first_step_seconds": first_step_seconds,
         "wall_seconds": wall_seconds,
     }
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""Side-by-side benchmark: vmc-runner against NetKet on the same cases, interleaved A B A B.
+
+    python bench/run.py [--reps 2] [--cases tfim1d heis1d tfim2d] [--netket-python PYTHON]
+                        [--write docs/benchmarks.md]
+
+Each measurement is a fresh process (so compile time and peak RSS are per run), with the
+same physics, sizes, seed, optimizer (SGD 0.01), SR (diag_shift 0.01), 16 chains and 5
+discarded samples per chain. vmc-runner's time per iteration is the median of the step
+durations after 10 warm-up steps, read from metrics.jsonl (it includes the logging).
+NetKet runs through bench/netket_cases.py in the interpreter given by --netket-python
+(default: this one); without NetKet its columns say so.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WARMUP = 10
+COMMON = ["sampler.n_chains=16", "sampler.n_discard_per_chain=5", "optimizer=sgd", "optimizer.learning_rate=0.01",
+          "preconditioner=sr", "preconditioner.diag_shift=0.01", "dtype=float64", "seed=0", "exact=false",
+          "checkpoint_every=100000"]
+CASES = {
+    "tfim1d": ["hilbert=chain", "hilbert.L=20", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "model.alpha=1",
+               "sampler=metropolis_local", "sampler.n_samples=1024", "n_iter=300"],
+    "heis1d": ["hilbert=chain", "hilbert.L=16", "hilbert.total_sz=0", "hamiltonian=heisenberg", "model=rbm",
+               "model.alpha=2", "dtype=complex128", "sampler=metropolis_exchange", "sampler.n_samples=1024", "n_iter=300"],
+    "tfim2d": ["hilbert=square", "hilbert.L=6", "hamiltonian=ising", "hamiltonian.h=3.0", "model=rbm", "model.alpha=1",
+               "sampler=metropolis_local", "sampler.n_samples=2048", "n_iter=150"],
+}
+
+
+PEAK_WRAPPER = (
+    "import os, resource, subprocess, sys; "
+    "p = subprocess.Popen(sys.argv[1:]); _, status, ru = os.wait4(p.pid, 0); "
+    "sys.stderr.write('\\nPEAK_RSS_KB %d\\n' % ru.ru_maxrss); sys.exit(os.waitstatus_to_exitcode(status))"
+)
+
+
+def measured(cmd, cwd):
+    """Runs cmd in a wrapper that reports the child's own peak RSS; returns (out, err, MB)."""
+    proc = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, *cmd], cwd=cwd, capture_output=True, text=True)
+    out, err = proc.stdout, proc.stderr
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} failed ({proc.returncode}):\n{err[-3000:]}")
+    peak = [int(line.split()[1]) for line in err.splitlines() if line.startswith("PEAK_RSS_KB")][-1]
+    return out, err, peak / 1024
+
+
+def reference_energy(case):
+    if case == "tfim2d":
+        return None
+    sys.path.insert(0, str(REPO))
+    from runner import exact, hilbert, operators
+
+    if case == "tfim1d":
+        h = hilbert.chain(20)
+        return exact.ground_energy(operators.ising(h, 1.0, 1.0), h)
+    h = hilbert.chain(16, total_sz=0)
+    return exact.ground_energy(operators.heisenberg(h, 1.0, 0.0, None), h)
+
+
+def run_vmc_runner(case, n_sites):
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, peak = measured([sys.executable, "-m", "runner", *CASES[case], *COMMON, f"hydra.run.dir={tmp}"], REPO)
+        summary = json.loads((Path(tmp) / "summary.json").read_text())
+        wall = [json.loads(l)["wall_time"] for l in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+    steps = [b - a for a, b in zip(wall, wall[1:])][WARMUP:]
+    return {"s_per_iter": statistics.median(steps), "compile_first": summary["compile_seconds"] + summary["first_step_seconds"],
+            "energy": summary["energy"], "energy_error": summary["energy_error"], "peak_rss_mb": peak,
+            "n_params": summary["n_params"], "e_per_site": summary["energy"] / n_sites}
+
+
+def run_netket(case, python, n_sites):
+    out, _, peak = measured([python, str(REPO / "bench" / "netket_cases.py"), case], REPO)
+    result = json.loads(out.strip().splitlines()[-1])
+    return {"s_per_iter": result["median_s_per_iter"], "compile_first": result["compile_plus_first_iter_s"],
+            "energy": result["final_energy"] if "final_energy" in result else result["energy"],
+            "peak_rss_mb": peak, "versions": result.get("versions"), "e_per_site": None, "raw": result}
+
+
+def has_netket(python):
+    return subprocess.run([python, "-c", "import netket"], capture_output=True).returncode == 0
+
+
+def fmt(x, spec):
+    return "—" if x is None else format(x, spec)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--netket-python", default=sys.executable)
+    parser.add_argument("--write", default=None, help="write the markdown table here")
+    args = parser.parse_args(argv)
+    netket = has_netket(args.netket_python)
+    if not netket:
+        print(f"NetKet is not importable by {args.netket_python}: install the bench extra "
+              "(pip install -e '.[bench]') or pass --netket-python; measuring vmc-runner alone", file=sys.stderr)
+    sizes = {"tfim1d": 20, "heis1d": 16, "tfim2d": 36}
+    rows = []
+    for case in args.cases:
+        exact_energy = reference_energy(case)
+        ours, theirs = [], []
+        for rep in range(args.reps):
+            order = ["nk", "vmc"] if rep % 2 == 0 else ["vmc", "nk"]
+            for who in order:
+                if who == "vmc":
+                    ours.append(run_vmc_runner(case, sizes[case]))
+                    print(f"{case} rep {rep} vmc-runner {ours[-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
+                elif netket:
+                    theirs.append(run_netket(case, args.netket_python, sizes[case]))
+                    print(f"{case} rep {rep} netket {theirs[-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
+        rows.append(summarise(case, ours, theirs, exact_energy, sizes[case]))
+    table = render(rows, netket, args)
+    print(table)
+    if args.write:
+        Path(args.write).write_text(table)
+
+
+def summarise(case, ours, theirs, exact_energy, n_sites):
+    def med(runs, key):
+        return statistics.median(r[key] for r in runs) if runs else None
+
+    def accuracy(runs):
+        if not runs:
+            return None
+        energy = statistics.median(r["energy"] for r in runs)
+        return abs(energy - exact_energy) / abs(exact_energy) if exact_energy else energy / n_sites
+
+    row = {"case": case, "exact": exact_energy}
+    for side, runs in (("vmc", ours), ("nk", theirs)):
+        row[side] = {k: med(runs, k) for k in ("s_per_iter", "compile_first", "peak_rss_mb")}
+        row[side]["accuracy"] = accuracy(runs)
+        row[side]["all_s_per_iter"] = [r["s_per_iter"] for r in runs]
+    row["ratio"] = row["vmc"]["s_per_iter"] / row["nk"]["s_per_iter"] if theirs else None
+    return row
+
+
+def render(rows, netket, args):
+    import jax
+
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor()
+    lines = [
+        "# Benchmarks: vmc-runner against NetKet, side by side",
+        "",
+        f"Measured {datetime.date.today()} with `python bench/run.py --reps {args.reps}` on {os.cpu_count()} CPU cores "
+        f"({cpu}), Python {platform.python_version()}, jax {jax.__version__}"
+        + (", NetKet 3.23.0 (its own venv)" if netket else ", NetKet not installed") + ".",
+        "Each number is the median over the repetitions; runs alternate A B A B. Accuracy is the relative",
+        "error of the final energy (fresh samples) against exact diagonalisation, or E/N for tfim2d.",
+        "",
+        "| case | vmc-runner s/iter | NetKet s/iter | ratio | compile + 1st iter (ours / NetKet) | accuracy (ours / NetKet) | peak RSS MB (ours / NetKet) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        v, n = r["vmc"], r["nk"]
+        acc_fmt = ".2e" if r["exact"] else ".5f"
+        lines.append(
+            f"| {r['case']} | {fmt(v['s_per_iter'], '.4f')} | {fmt(n['s_per_iter'], '.4f')} | {fmt(r['ratio'], '.2f')} | "
+            f"{fmt(v['compile_first'], '.1f')} s / {fmt(n['compile_first'], '.1f')} s | "
+            f"{fmt(v['accuracy'], acc_fmt)} / {fmt(n['accuracy'], acc_fmt)} | "
+            f"{fmt(v['peak_rss_mb'], '.0f')} / {fmt(n['peak_rss_mb'], '.0f')} |"
+        )
+    lines += ["", "Per-run s/iter: " + "; ".join(
+        f"{r['case']}: ours {[round(x, 4) for x in r['vmc']['all_s_per_iter']]}, NetKet {[round(x, 4) for x in r['nk']['all_s_per_iter']]}"
+        for r in rows), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
