@@ -91,18 +91,24 @@ RESUME = ["hilbert.L=12", "sampler.n_samples=512", "sampler.n_chains=8", "final_
           "n_iter=60", "checkpoint_every=10", "exact=false"]
 
 
+def signal_after_steps(args, run_dir, n_steps, signum):
+    """Starts a run and sends it `signum` as soon as `n_steps` metrics lines exist."""
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *args, f"hydra.run.dir={run_dir}"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = run_dir / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= n_steps:
+            proc.send_signal(signum)
+            break
+        time.sleep(0.005)
+    return proc
+
+
 def test_kill_and_resume_continues_exactly(tmp_path):
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     run_cli([*RESUME, f"hydra.run.dir={reference}"], REPO, check=True)
 
-    proc = subprocess.Popen([sys.executable, "-m", "runner", *RESUME, f"hydra.run.dir={killed}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics, deadline = killed / "metrics.jsonl", time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 25:
-            proc.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.005)
+    proc = signal_after_steps(RESUME, killed, 25, signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (killed / "summary.json").exists()
@@ -120,14 +126,7 @@ def test_stop_signal_checkpoints_and_resume_is_exact(tmp_path):
     """SIGTERM (SLURM preemption, scontrol requeue) stops at a step boundary after a checkpoint."""
     reference, stopped = tmp_path / "reference", tmp_path / "stopped"
     run_cli([*RESUME, f"hydra.run.dir={reference}"], REPO, check=True)
-    proc = subprocess.Popen([sys.executable, "-m", "runner", *RESUME, f"hydra.run.dir={stopped}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    metrics, deadline = stopped / "metrics.jsonl", time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 15:
-            proc.send_signal(signal.SIGTERM)
-            break
-        time.sleep(0.005)
+    proc = signal_after_steps(RESUME, stopped, 15, signal.SIGTERM)
     stderr = proc.communicate(timeout=60)[1]
     assert proc.returncode == 3, stderr
     summary = read_summary(stopped)
