@@ -26,6 +26,7 @@ class VMCState(NamedTuple):
     opt_state: Any
     chains: ChainState
     step: jax.Array  # int32 scalar, number of completed VMC steps
+    last_update: jax.Array  # the preconditioner's previous solution (warm start), flat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +79,15 @@ def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
     """Initial parameters (from the seed), optimizer state and chains."""
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
     params = problem.model.init(key, sample_sigma_N)["params"]
+    flat, _ = ravel_pytree(params)
+    if gradient_mode(params, problem.model) == "split":
+        flat = jnp.concatenate([jnp.real(flat), jnp.imag(flat)])
     return VMCState(
         params=params,
         opt_state=problem.optimizer.init(params),
         chains=init_chains(problem.sampler, seed),
         step=jnp.zeros((), jnp.int32),
+        last_update=jnp.zeros_like(flat),
     )
 
 
@@ -136,8 +141,9 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     )
 
 
-def energy_and_update(problem: Problem, params, sigma_CxTxN):
-    """Statistics of E_loc and the preconditioned gradient as a parameter pytree.
+def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
+    """Statistics of E_loc, the preconditioned gradient as a parameter pytree, and the flat
+    solution (the next step's warm start).
 
     Gradient convention: 2 Re<O* (E_loc - E)> for real parameters; dE/dconj(z) =
     <O* (E_loc - E)> for complex ones (NetKet's conventions, so learning rates transfer).
@@ -153,12 +159,13 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN):
     # and picks a layout about 2x slower on CPU.
     Obar_PxS = jax.lax.optimization_barrier(Obar_SxP.T)
     eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
-    update_P = problem.precondition(Obar_PxS, eps_S, "real" if mode == "split" else mode)
-    _, unravel = ravel_pytree(params)
+    solution_P = problem.precondition(Obar_PxS, eps_S, "real" if mode == "split" else mode, last_update)
+    flat, unravel = ravel_pytree(params)
+    update_P = solution_P
     if mode == "split":
         n = update_P.shape[0] // 2
         update_P = 0.5 * (update_P[:n] + 1j * update_P[n:])
-    return stats, unravel(update_P.astype(ravel_pytree(params)[0].dtype))
+    return stats, unravel(update_P.astype(flat.dtype)), solution_P.astype(last_update.dtype)
 
 
 def vmc_step(problem: Problem, state: VMCState):
@@ -171,10 +178,10 @@ def vmc_step(problem: Problem, state: VMCState):
     chains, sigma_CxTxN, acceptance = sample(
         problem.sampler, problem.log_abs, state.params, state.chains
     )
-    stats, grads = energy_and_update(problem, state.params, sigma_CxTxN)
+    stats, grads, solution = energy_and_update(problem, state.params, sigma_CxTxN, state.last_update)
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = VMCState(params, opt_state, chains, state.step + 1)
+    new_state = VMCState(params, opt_state, chains, state.step + 1, solution)
     return new_state, _metrics(stats, acceptance)
 
 

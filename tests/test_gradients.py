@@ -123,6 +123,10 @@ def test_sr_and_minsr_match_exact_solve(model_name, solver):
     minsr = precond.minsr(diag_shift=shift, solver=solver)(Obar.T, eps, core_mode)
     np.testing.assert_allclose(np.asarray(sr), expected, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(np.asarray(minsr), expected, rtol=1e-6, atol=1e-8)
+    cg = precond.sr(diag_shift=shift, solver="cg", cg_tol=1e-12, cg_maxiter=2000)
+    np.testing.assert_allclose(np.asarray(cg(Obar.T, eps, core_mode, jnp.zeros_like(sr))), expected, rtol=1e-6, atol=1e-8)
+    # A warm start at the answer stays there.
+    np.testing.assert_allclose(np.asarray(cg(Obar.T, eps, core_mode, jnp.asarray(expected, sr.dtype))), expected, rtol=1e-8, atol=1e-10)
 
 
 def test_sr_holomorphic_equals_split_for_holomorphic_model():

@@ -28,9 +28,13 @@ CASES = {
         "dtype=complex128", "preconditioner=minsr",
     ],
     "tfim_complex_exact_sr": ["hilbert.L=6", "sampler=exact", "dtype=complex128", "model=jastrow"],
+    "tfim_real_local_sr_cg": ["hilbert.L=8", "model=rbm", "preconditioner.solver=cg"],
     "heis_real_local_mlp_adam": ["hilbert.L=6", "hamiltonian=heisenberg", "model=mlp", "model.hidden=[6]",
                                  "optimizer=adam", "preconditioner=none"],
 }
+# CG's Krylov recurrences amplify the reduction-order rounding of its matvecs: layouts agree to
+# ~1e-8 with solver=cg (documented), to 1e-10 with the dense solvers.
+RTOL = {"tfim_real_local_sr_cg": 1e-7}
 COMMON = ["sampler.n_samples=256", "sampler.n_chains=8", "n_iter=8", "final_rounds=1", "exact=false"]
 
 
@@ -61,8 +65,9 @@ def test_single_and_sharded_give_identical_runs(name, tmp_path):
     one = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "single")
     four = app.execute(experiment, parallel.make_mesh("sharded"), tmp_path / "sharded")
     assert four["devices"] == 4 and one["devices"] == 1
-    np.testing.assert_allclose(energies(tmp_path / "sharded"), energies(tmp_path / "single"), rtol=1e-10)
-    np.testing.assert_allclose(four["energy"], one["energy"], rtol=1e-10)
+    rtol = RTOL.get(name, 1e-10)
+    np.testing.assert_allclose(energies(tmp_path / "sharded"), energies(tmp_path / "single"), rtol=rtol)
+    np.testing.assert_allclose(four["energy"], one["energy"], rtol=rtol)
 
 
 @pytest.mark.slow
@@ -130,7 +135,7 @@ def test_energy_gradient_and_update_on_sharded_samples(name):
 
     _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.log_abs, s.params, s.chains))(state)
     layout = parallel.make_mesh("sharded")
-    f = jax.jit(lambda p, s: energy_and_update(problem, p, s))
+    f = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.last_update)[:2])
     stats_1, grads_1 = f(state.params, sigma_CxTxN)
     sharded = jax.device_put(sigma_CxTxN, layout.chains)
     stats_4, grads_4 = f(jax.device_put(state.params, layout.replicated), sharded)
