@@ -26,14 +26,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 WARMUP = 10
 COMMON = ["sampler.n_chains=16", "sampler.n_discard_per_chain=5", "optimizer=sgd", "optimizer.learning_rate=0.01",
-          "preconditioner=sr", "preconditioner.diag_shift=0.01", "dtype=float64", "seed=0", "exact=false",
+          "preconditioner=sr", "preconditioner.diag_shift=0.01", "seed=0", "exact=false",
           "checkpoint_every=100000"]
 CASES = {
-    "tfim1d": ["hilbert=chain", "hilbert.L=20", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "model.alpha=1",
+    "tfim1d": ["dtype=float64", "hilbert=chain", "hilbert.L=20", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "model.alpha=1",
                "sampler=metropolis_local", "sampler.n_samples=1024", "n_iter=300"],
     "heis1d": ["hilbert=chain", "hilbert.L=16", "hilbert.total_sz=0", "hamiltonian=heisenberg", "model=rbm",
                "model.alpha=2", "dtype=complex128", "sampler=metropolis_exchange", "sampler.n_samples=1024", "n_iter=300"],
-    "tfim2d": ["hilbert=square", "hilbert.L=6", "hamiltonian=ising", "hamiltonian.h=3.0", "model=rbm", "model.alpha=1",
+    "tfim2d": ["dtype=float64", "hilbert=square", "hilbert.L=6", "hamiltonian=ising", "hamiltonian.h=3.0", "model=rbm", "model.alpha=1",
                "sampler=metropolis_local", "sampler.n_samples=2048", "n_iter=150"],
 }
 
@@ -68,9 +68,9 @@ def reference_energy(case):
     return exact.ground_energy(operators.heisenberg(h, 1.0, 0.0, None), h)
 
 
-def run_vmc_runner(case, n_sites):
+def run_vmc_runner(case, n_sites, extra=()):
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, peak = measured([sys.executable, "-m", "runner", *CASES[case], *COMMON, f"hydra.run.dir={tmp}"], REPO)
+        _, _, peak = measured([sys.executable, "-m", "runner", *CASES[case], *COMMON, *extra, f"hydra.run.dir={tmp}"], REPO)
         summary = json.loads((Path(tmp) / "summary.json").read_text())
         wall = [json.loads(l)["wall_time"] for l in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     steps = [b - a for a, b in zip(wall, wall[1:])][WARMUP:]
@@ -101,7 +101,11 @@ def main(argv=None):
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--netket-python", default=sys.executable)
     parser.add_argument("--write", default=None, help="write the markdown table here")
+    parser.add_argument("--layouts", action="store_true",
+                        help="instead: parallel=single against parallel=sharded parallel.cpu_devices=2")
     args = parser.parse_args(argv)
+    if args.layouts:
+        return compare_layouts(args)
     netket = has_netket(args.netket_python)
     if not netket:
         print(f"NetKet is not importable by {args.netket_python}: install the bench extra "
@@ -125,6 +129,24 @@ def main(argv=None):
     print(table)
     if args.write:
         Path(args.write).write_text(table)
+
+
+def compare_layouts(args):
+    """One device against two virtual CPU devices, interleaved; same seed, same numbers."""
+    sizes = {"tfim1d": 20, "heis1d": 16, "tfim2d": 36}
+    layouts = {"single": ["parallel=single"], "sharded x2": ["parallel=sharded", "parallel.cpu_devices=2"]}
+    lines = ["| case | single s/iter | sharded (2 CPU devices) s/iter | ratio | same final energy |", "|---|---|---|---|---|"]
+    for case in args.cases:
+        runs = {name: [] for name in layouts}
+        for rep in range(args.reps):
+            for name in (list(layouts) if rep % 2 == 0 else list(layouts)[::-1]):
+                runs[name].append(run_vmc_runner(case, sizes[case], layouts[name]))
+                print(f"{case} rep {rep} {name} {runs[name][-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
+        one, two = (statistics.median(r["s_per_iter"] for r in runs[n]) for n in layouts)
+        same = all(a["energy"] == b["energy"] or abs(a["energy"] - b["energy"]) < 1e-10 * abs(a["energy"])
+                   for a, b in zip(runs["single"], runs["sharded x2"]))
+        lines.append(f"| {case} | {one:.4f} | {two:.4f} | {two / one:.2f} | {same} |")
+    print("\n".join(lines))
 
 
 def summarise(case, ours, theirs, exact_energy, n_sites):

@@ -5,7 +5,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from models.common import check_param_dtype, log_cosh, log_cosh_real_part, normal
+from models.common import check_param_dtype, log_cosh, log_cosh_real_part, normal, real_times
 from runner.errors import ConfigError
 
 
@@ -34,19 +34,14 @@ class RBM(nn.Module):
         """Hidden pre-activations theta [..., M] and the visible term a.s [...]."""
         n = sigma_xN.shape[-1]
         n_hidden = max(1, int(round(self.alpha * n)))
-        x = sigma_xN.astype(self.param_dtype)
-        theta = nn.Dense(
-            n_hidden,
-            param_dtype=self.param_dtype,
-            dtype=self.param_dtype,
-            kernel_init=normal(0.01),
-            bias_init=normal(0.01),
-            name="hidden",
-        )(x)
+        kernel = self.param("kernel", normal(0.01), (n, n_hidden), self.param_dtype)
+        hidden_bias = self.param("hidden_bias", normal(0.01), (n_hidden,), self.param_dtype)
+        x = sigma_xN.astype(jnp.finfo(self.param_dtype).dtype)  # spins are real
+        theta = real_times(x, kernel) + hidden_bias
         if not self.use_visible_bias:
-            return theta, jnp.zeros(x.shape[:-1], x.dtype)
-        a = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
-        return theta, x @ a
+            return theta, jnp.zeros(x.shape[:-1], self.param_dtype)
+        visible_bias = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
+        return theta, real_times(x, visible_bias)
 
     def __call__(self, sigma_xN):
         theta, visible = self.features(sigma_xN)
