@@ -12,7 +12,6 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from runner import checkpoint, parallel
@@ -21,7 +20,7 @@ from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
 from runner.preemption import EXIT_PREEMPTED, StopRequest
-from runner.vmc import VMCState, estimate, init_state, vmc_step
+from runner.vmc import estimate, init_state, vmc_step
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +41,7 @@ def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
 
     config = OmegaConf.to_container(cfg, resolve=True)
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU found" noise
     try:
         experiment = build(config)
         parallel.initialize(experiment.parallel, experiment.x64)

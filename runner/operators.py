@@ -13,7 +13,6 @@ and annihilates a parallel one.
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

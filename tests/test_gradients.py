@@ -1,6 +1,5 @@
 """Gradients, SR and minSR against exact full sums over the Hilbert space."""
 
-import dataclasses
 
 import flax.linen as nn
 import jax

@@ -1,7 +1,6 @@
 """One core, many layouts: 1 device, 4 sharded devices and 2 processes x 2 devices agree."""
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -68,6 +67,19 @@ def test_single_and_sharded_give_identical_runs(name, tmp_path):
     rtol = RTOL.get(name, 1e-10)
     np.testing.assert_allclose(energies(tmp_path / "sharded"), energies(tmp_path / "single"), rtol=rtol)
     np.testing.assert_allclose(four["energy"], one["energy"], rtol=rtol)
+
+
+def test_checkpoint_resumes_on_another_layout(tmp_path):
+    """Four sharded devices for 4 steps, then one device from the checkpoint = one device throughout."""
+    import dataclasses
+
+    experiment = build(compose_config([*CASES["heis_complex_exchange_minsr"], *COMMON, "checkpoint_every=100"]))
+    short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=4))
+    app.execute(short, parallel.make_mesh("sharded"), tmp_path / "moved")
+    moved = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "moved")
+    straight = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "straight")
+    np.testing.assert_allclose(energies(tmp_path / "moved"), energies(tmp_path / "straight"), rtol=1e-10)
+    np.testing.assert_allclose(moved["energy"], straight["energy"], rtol=1e-10)
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ reused submitit folder could hand back a stale result), cancels its jobs when it
 time limit.
 """
 
-import contextlib
 import json
 import os
 import shutil
@@ -21,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from runner import report
-from tests.conftest import REPO
 
 
 def _slurm_unavailable() -> str | None:

@@ -1,6 +1,5 @@
 """Monte Carlo statistics on processes with known answers."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
