@@ -1,6 +1,8 @@
 """The Hydra entry point, kept thin: configure the process, compose, hand over to `app.run`."""
 
+import os
 import sys
+import time
 from pathlib import Path
 
 from runner.parallel import configure_threads
@@ -29,10 +31,27 @@ def check_group_choices(argv):
                 sys.exit(2)
 
 
+def run_id(env=None) -> str:
+    """The default run directory name: the same on every rank of one job.
+
+    Under SLURM it is the job id (and array task), which all tasks of `srun` share; a
+    per-process timestamp could differ between ranks by a second. Elsewhere: date/time.
+    """
+    env = os.environ if env is None else env
+    if env.get("SLURM_JOB_ID"):
+        array = env.get("SLURM_ARRAY_TASK_ID")
+        return f"slurm-{env['SLURM_JOB_ID']}" + (f"_{array}" if array else "")
+    return time.strftime("%Y-%m-%d/%H-%M-%S")
+
+
 def main():
     configure_threads()
     check_group_choices(sys.argv[1:])
     import hydra
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("vmc_run_id"):
+        OmegaConf.register_new_resolver("vmc_run_id", lambda: run_id(), use_cache=True)
 
     from runner import app
 

@@ -54,6 +54,17 @@ def test_default_run_is_accurate(tmp_path):
     assert "relative error" in proc.stderr + proc.stdout
 
 
+def test_run_directory_is_shared_by_the_ranks_of_a_slurm_job(tmp_path):
+    from runner.cli import run_id
+
+    assert run_id({"SLURM_JOB_ID": "4242"}) == "slurm-4242"
+    assert run_id({"SLURM_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3"}) == "slurm-7_3"
+    assert run_id({}).count("/") == 1  # DATE/TIME
+    env = {"SLURM_JOB_ID": "4242"}
+    run_cli([*SMALL, "n_iter=2", "exact=false"], tmp_path, env=env, check=True)
+    assert (tmp_path / "outputs" / "slurm-4242" / "summary.json").is_file()
+
+
 def test_multirun_sweep(tmp_path):
     run_cli(["-m", *SMALL, "model.alpha=1,2", "n_iter=4", f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
     summaries = sorted(tmp_path.glob("*/summary.json"))
