@@ -131,10 +131,9 @@ def _restore(run_dir, state, shardings):
 
 
 def _progress(n_iter, start):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return None
+    """A progress bar on a terminal (tqdm disables itself otherwise)."""
+    from tqdm import tqdm
+
     return tqdm(total=n_iter, initial=start, disable=None, file=sys.stderr, dynamic_ncols=True)
 
 
@@ -238,9 +237,8 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
                       metrics["energy"], step, last_good)
             break
         state = new_state
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix_str(f"E={record['energy']:.6f}±{record['energy_error']:.1e} acc={record['acceptance']:.2f}")
+        bar.update(1)
+        bar.set_postfix_str(f"E={record['energy']:.6f}±{record['energy_error']:.1e} acc={record['acceptance']:.2f}")
         if (step + 1) % log_every == 0:
             log.info("step %d  E = %.8f ± %.2e  var %.3e  acc %.2f", step + 1, record["energy"],
                      record["energy_error"], record["variance"], record["acceptance"])
@@ -254,8 +252,7 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
         if (step + 1) % settings.checkpoint_every == 0:
             _save(run_dir, state, _checkpoint_meta(settings, step + 1))
             last_good = step + 1
-    if bar is not None:
-        bar.close()
+    bar.close()
     return state, status, step_times
 
 

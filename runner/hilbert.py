@@ -1,6 +1,7 @@
 """Spin-1/2 Hilbert spaces on lattices: sites, bonds, sublattices and the Sz sector."""
 
 import itertools
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -42,13 +43,7 @@ class Hilbert(NamedTuple):
         """Dimension of the (constrained) Hilbert space."""
         if self.total_sz is None:
             return 2**self.n_sites
-        return _binomial(self.n_sites, self.n_up)
-
-
-def _binomial(n, k):
-    from math import comb
-
-    return comb(n, k)
+        return math.comb(self.n_sites, self.n_up)
 
 
 def _unique_bonds(pairs):

@@ -75,13 +75,24 @@ def gradient_mode(params, model) -> str:
     return "holomorphic" if getattr(model, "holomorphic", False) else "split"
 
 
+def to_split(z_P):
+    """Complex vector -> real vector (Re z, Im z): the coordinates of non-holomorphic models."""
+    return jnp.concatenate([jnp.real(z_P), jnp.imag(z_P)])
+
+
+def from_split(v_2P):
+    """Inverse of `to_split`."""
+    n = v_2P.shape[0] // 2
+    return v_2P[:n] + 1j * v_2P[n:]
+
+
 def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
     """Initial parameters (from the seed), optimizer state and chains."""
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
     params = problem.model.init(key, sample_sigma_N)["params"]
     flat, _ = ravel_pytree(params)
     if gradient_mode(params, problem.model) == "split":
-        flat = jnp.concatenate([jnp.real(flat), jnp.imag(flat)])
+        flat = to_split(flat)
     return VMCState(
         params=params,
         opt_state=problem.optimizer.init(params),
@@ -122,9 +133,8 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     """
     flat, unravel = ravel_pytree(params)
     if mode == "split":
-        n = flat.shape[0]
-        flat = jnp.concatenate([jnp.real(flat), jnp.imag(flat)])
-        to_params = lambda v: unravel(v[:n] + 1j * v[n:])  # noqa: E731
+        flat = to_split(flat)
+        to_params = lambda v: unravel(from_split(v))  # noqa: E731
     else:
         to_params = unravel
     f = lambda v, s: problem.logpsi(to_params(v), s)  # noqa: E731
@@ -161,10 +171,8 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
     eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
     solution_P = problem.precondition(Obar_PxS, eps_S, "real" if mode == "split" else mode, last_update)
     flat, unravel = ravel_pytree(params)
-    update_P = solution_P
-    if mode == "split":
-        n = update_P.shape[0] // 2
-        update_P = 0.5 * (update_P[:n] + 1j * update_P[n:])
+    # In split coordinates the solution is (dE/dx, dE/dy); dE/dconj(z) = (dE/dx + i dE/dy) / 2.
+    update_P = 0.5 * from_split(solution_P) if mode == "split" else solution_P
     return stats, unravel(update_P.astype(flat.dtype)), solution_P.astype(last_update.dtype)
 
 
