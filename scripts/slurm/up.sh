@@ -243,8 +243,9 @@ fi
 db_dir=$state/mariadb
 db_sock=$db_dir/mysqld.sock
 db_pid=$db_dir/mariadb.pid
+# mariadb runs as root like the SLURM daemons: as user mysql it could not enter a checkout whose
+# parents are private (mktemp -d, a home directory), and this database only serves 127.0.0.1.
 mkdir -p "$db_dir"
-chown mysql:mysql "$db_dir"
 if [[ ! -s $state/dbpass ]]; then
   (umask 077 && head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$state/dbpass")
 fi
@@ -253,15 +254,13 @@ db_pass=$(<"$state/dbpass")
 if ! running "$db_pid" mariadbd; then
   if [[ ! -d $db_dir/data/mysql ]]; then
     say "initialising the accounting database in $db_dir/data"
-    mariadb-install-db --no-defaults --user=mysql --datadir="$db_dir/data" \
+    mariadb-install-db --no-defaults --user=root --datadir="$db_dir/data" \
       --auth-root-authentication-method=socket --skip-test-db >"$state/log/mariadb-install.log" 2>&1 ||
       die "mariadb-install-db failed (see $state/log/mariadb-install.log)"
   fi
   need_port "$db_port" mariadb
   rm -f "$db_sock"
-  : >>"$state/log/mariadb.log"
-  chown mysql:mysql "$state/log/mariadb.log"
-  setsid nohup mariadbd --no-defaults --user=mysql --datadir="$db_dir/data" \
+  setsid nohup mariadbd --no-defaults --user=root --datadir="$db_dir/data" \
     --socket="$db_sock" --pid-file="$db_pid" --port="$db_port" --bind-address=127.0.0.1 \
     --skip-name-resolve --log-error="$state/log/mariadb.log" \
     --innodb-buffer-pool-size=256M --innodb-log-file-size=64M --innodb-lock-wait-timeout=900 \
