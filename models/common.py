@@ -45,7 +45,7 @@ def real_times(x, w):
 
 
 def log_cosh(x):
-    """log(cosh(x)), stable for large |Re x| and holomorphic for complex x.
+    """log(cosh(x)) elementwise, stable for large |Re x| and holomorphic for complex x.
 
     Complex inputs are computed in real arithmetic: XLA's complex log1p is a slow scalar
     path on CPU, and this form is about 1.6x faster with the same principal branch.
@@ -53,25 +53,69 @@ def log_cosh(x):
     if not jnp.iscomplexobj(x):
         x = jnp.abs(x)
         return x + jnp.log1p(jnp.exp(-2.0 * x)) - jnp.log(2.0).astype(x.dtype)
-    a, b, e, w_re, w_im = _cosh_parts(x)
+    s = jnp.where(jnp.real(x) < 0, -1.0, 1.0).astype(jnp.real(x).dtype)
+    a, b = jnp.real(x) * s, jnp.imag(x) * s  # z = s x has Re z >= 0; w = exp(-2z), |w| <= 1
+    e = jnp.exp(-2.0 * a)
+    w_re, w_im = e * jnp.cos(2.0 * b), -e * jnp.sin(2.0 * b)
+    # log(1 + w) = log1p(2 Re w + |w|^2) / 2 + i arg(1 + w)
     real = a - jnp.log(2.0).astype(a.dtype) + 0.5 * jnp.log1p(2.0 * w_re + e * e)
     return jax.lax.complex(real, b + jnp.arctan2(w_im, 1.0 + w_re))
 
 
-def log_cosh_real_part(x):
-    """Re log(cosh(x)): all a Metropolis ratio needs, at half the cost for complex x."""
-    if not jnp.iscomplexobj(x):
-        return log_cosh(x)
-    a, _, e, w_re, _ = _cosh_parts(x)
-    return a - jnp.log(2.0).astype(a.dtype) + 0.5 * jnp.log1p(2.0 * w_re + e * e)
+# --- Re log psi for the sampler: one logarithm per block instead of one per element --------
+#
+# sum_j Re log cosh x_j = sum_j |Re x_j| - M log 2 + log prod_j f_j / 2, with
+# f_j = |1 + exp(-2 z_j)|^2 = 1 + 2 e_j cos(2 Im x_j) + e_j^2, e_j = exp(-2 |Re x_j|),
+# z_j = sign(Re x_j) x_j. Every f_j is at most 4, so a block of LOG_PROD_BLOCK factors cannot
+# overflow. Measured inside the Metropolis loop (16 x 36 real elements per step):
+# 5.2 us with a log1p per element, 1.7 us with the product. On large real batches XLA's
+# vectorised log1p wins instead (2.4 vs 5 ms on 2.7M elements), so `sum_log_cosh` keeps it
+# there; for complex batches the product (one complex log per row instead of a log1p and an
+# arctan2 per element) halves the local energies of a complex RBM (12.7 -> 5.9 ms).
+
+LOG_PROD_BLOCK = 256
 
 
-def _cosh_parts(x):
-    """For z = s*x with Re z >= 0: (Re z, Im z, |w|, Re w, Im w) with w = exp(-2z), |w| <= 1.
+def _log_prod(f_xM):
+    """sum of log f over the last axis, as logs of blocked products (0 < |f| <= 4)."""
+    m = f_xM.shape[-1]
+    if m <= LOG_PROD_BLOCK:
+        return jnp.log(jnp.prod(f_xM, axis=-1))
+    n_blocks = -(-m // LOG_PROD_BLOCK)
+    pad = [(0, 0)] * (f_xM.ndim - 1) + [(0, n_blocks * LOG_PROD_BLOCK - m)]
+    f = jnp.pad(f_xM, pad, constant_values=1).reshape(*f_xM.shape[:-1], n_blocks, LOG_PROD_BLOCK)
+    return jnp.sum(jnp.log(jnp.prod(f, axis=-1)), axis=-1)
 
-    log cosh x = z - log 2 + log(1 + w), and log(1 + w) = log1p(2 Re w + |w|^2)/2 + i arg(1 + w).
-    """
-    s = jnp.where(jnp.real(x) < 0, -1.0, 1.0).astype(jnp.real(x).dtype)
-    a, b = jnp.real(x) * s, jnp.imag(x) * s
+
+def sum_log_cosh_real_part(x_xM):
+    """sum over the last axis of Re log cosh(x): all a Metropolis ratio needs."""
+    m = x_xM.shape[-1]
+    a = jnp.abs(jnp.real(x_xM))
     e = jnp.exp(-2.0 * a)
-    return a, b, e, e * jnp.cos(2.0 * b), -e * jnp.sin(2.0 * b)
+    if jnp.iscomplexobj(x_xM):
+        f = 1.0 + e * (2.0 * jnp.cos(2.0 * jnp.imag(x_xM)) + e)
+    else:
+        f = (1.0 + e) ** 2
+    return jnp.sum(a, axis=-1) - m * jnp.log(2.0).astype(a.dtype) + 0.5 * _log_prod(f)
+
+
+@jax.custom_jvp
+def sum_log_cosh(x_xM):
+    """sum over the last axis of log cosh(x); holomorphic for complex x.
+
+    For complex x the imaginary part is exact modulo 2 pi (all that amplitudes exp(log psi)
+    and their ratios see); the derivative is exact (tanh x).
+    """
+    if not jnp.iscomplexobj(x_xM):
+        return jnp.sum(log_cosh(x_xM), axis=-1)
+    z = jnp.where(jnp.real(x_xM) < 0, -x_xM, x_xM)
+    e = jnp.exp(-2.0 * jnp.real(z))
+    w = jax.lax.complex(e * jnp.cos(2.0 * jnp.imag(z)), -e * jnp.sin(2.0 * jnp.imag(z)))
+    log2 = x_xM.shape[-1] * jnp.log(2.0).astype(e.dtype)
+    return jnp.sum(z, axis=-1) - log2 + _log_prod(1.0 + w)  # |1 + w| <= 2
+
+
+@sum_log_cosh.defjvp
+def _sum_log_cosh_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return sum_log_cosh(x), jnp.sum(jnp.tanh(x) * dx, axis=-1)

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from models.common import check_param_dtype, log_cosh, log_cosh_real_part, normal
+from models.common import check_param_dtype, log_cosh, normal, sum_log_cosh, sum_log_cosh_real_part
 from runner.errors import ConfigError
 
 
@@ -45,8 +45,8 @@ class MLP(nn.Module):
         return x
 
     def __call__(self, sigma_xN):
-        return jnp.sum(log_cosh(self.features(sigma_xN)), axis=-1)
+        return sum_log_cosh(self.features(sigma_xN))
 
     def log_abs(self, sigma_xN):
         """Re log psi, cheaper than the real part of __call__ for complex parameters."""
-        return jnp.sum(log_cosh_real_part(self.features(sigma_xN)), axis=-1)
+        return sum_log_cosh_real_part(self.features(sigma_xN))

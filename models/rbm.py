@@ -5,7 +5,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from models.common import check_param_dtype, log_cosh, log_cosh_real_part, normal, real_times
+from models.common import check_param_dtype, normal, real_times, sum_log_cosh, sum_log_cosh_real_part
 from runner.errors import ConfigError
 
 
@@ -45,9 +45,25 @@ class RBM(nn.Module):
 
     def __call__(self, sigma_xN):
         theta, visible = self.features(sigma_xN)
-        return jnp.sum(log_cosh(theta), axis=-1) + visible
+        return sum_log_cosh(theta) + visible
 
     def log_abs(self, sigma_xN):
         """Re log psi, cheaper than the real part of __call__ for complex parameters."""
-        theta, visible = self.features(sigma_xN)
-        return jnp.sum(log_cosh_real_part(theta), axis=-1) + jnp.real(visible)
+        return self.log_abs_of_features(*self.features(sigma_xN))
+
+    @staticmethod
+    def log_abs_of_features(theta, visible):
+        """Re log psi from the `features` (theta, a.s)."""
+        return sum_log_cosh_real_part(theta) + jnp.real(visible)
+
+    def features_change(self, sites_xK, delta_xK):
+        """Change of the `features` when spins on `sites` change by `delta` (new - old).
+
+        O(K M) instead of the O(N M) of recomputing theta: what a Metropolis move needs.
+        """
+        params = self.variables["params"]
+        delta = delta_xK.astype(jnp.finfo(self.param_dtype).dtype)
+        d_theta = jnp.sum(delta[..., None] * params["kernel"][sites_xK], axis=-2)
+        if not self.use_visible_bias:
+            return d_theta, jnp.zeros(delta.shape[:-1], self.param_dtype)
+        return d_theta, jnp.sum(delta * params["visible_bias"][sites_xK], axis=-1)

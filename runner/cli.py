@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner.parallel import configure_threads
+from runner.parallel import configure_runtime
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -45,7 +45,7 @@ def run_id(env=None) -> str:
 
 
 def main():
-    configure_threads()
+    configure_runtime()
     check_group_choices(sys.argv[1:])
     import hydra
     from omegaconf import OmegaConf

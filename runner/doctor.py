@@ -211,9 +211,9 @@ def diagnose(parallel: dict, x64: bool) -> int:
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    from runner.parallel import configure_threads
+    from runner.parallel import configure_runtime
 
-    configure_threads()
+    configure_runtime()
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 

@@ -24,12 +24,13 @@ class ChainState(NamedTuple):
     key_C: jax.Array  # uint32 [C, 2], one key per chain
 
 
-# --- proposal rules: (sigma_N, move index) -> proposed sigma_N ---------------------------
+# --- proposal rules: (sigma_N, move index) -> (sites_K, new values_K) ---------------------
 
 
 def flip_site(sigma_N, move):
     """Local rule: flip the spin on site `move`."""
-    return sigma_N.at[move].multiply(-1)
+    sites = jnp.reshape(move, (1,))
+    return sites, -sigma_N[sites]
 
 
 def swap_bond(sigma_N, move, *, bonds):
@@ -37,9 +38,41 @@ def swap_bond(sigma_N, move, *, bonds):
 
     Swapping keeps the number of up spins, so the rule preserves `total_sz`.
     """
-    bonds = jnp.asarray(bonds)
-    i, j = bonds[move, 0], bonds[move, 1]
-    return sigma_N.at[i].set(sigma_N[j]).at[j].set(sigma_N[i])
+    sites = jnp.asarray(bonds)[move]
+    return sites, sigma_N[sites[::-1]]
+
+
+def apply_move(sigma_N, sites_K, values_K):
+    """sigma with sigma[sites] = values, written as selects: a scatter would keep XLA from
+    compiling the Metropolis loop into a single kernel."""
+    site_N = jnp.arange(sigma_N.shape[-1])
+    for k in range(sites_K.shape[-1]):
+        sigma_N = jnp.where(site_N == sites_K[k], values_K[k], sigma_N)
+    return sigma_N
+
+
+# --- how the sampler evaluates the wavefunction --------------------------------------------
+
+
+class Amplitude(NamedTuple):
+    """log |psi| for the sampler, with an optional per-chain cache for cheap local moves.
+
+    init: (params, sigma_CxN) -> (log_abs_C, cache);
+    update: (params, cache, proposed_CxN, sites_CxK, delta_CxK) -> (log_abs_C, cache) for
+        the proposed configurations, which differ from the cached ones by `delta` (new - old)
+        on `sites`. Models without a cache recompute from `proposed`.
+    """
+
+    init: Callable
+    update: Callable
+
+
+def plain_amplitude(log_abs_fn) -> Amplitude:
+    """An Amplitude without a cache: (params, sigma_xN) -> log |psi| on every proposal."""
+    return Amplitude(
+        init=lambda params, sigma: (log_abs_fn(params, sigma), ()),
+        update=lambda params, cache, proposed, sites, delta: (log_abs_fn(params, proposed), ()),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,12 +225,12 @@ def init_chains(sampler, seed: int) -> ChainState:
 # --- sampling -----------------------------------------------------------------------------
 
 
-def sample(sampler, log_abs_fn, params, chains: ChainState):
+def sample(sampler, amplitude: Amplitude, params, chains: ChainState):
     """Draws `sampler.n_samples` configurations from |psi|^2.
 
     Args:
         sampler: a MetropolisSampler or ExactSampler.
-        log_abs_fn: (params, sigma_xN) -> Re log psi [...] (log |psi|).
+        amplitude: how to evaluate log |psi| (see `Amplitude`, `plain_amplitude`).
         params: model parameters (replicated).
         chains: current chain state (leading axis C).
 
@@ -206,8 +239,8 @@ def sample(sampler, log_abs_fn, params, chains: ChainState):
         samples per chain in chain order, and the mean acceptance rate (1 for exact).
     """
     if isinstance(sampler, ExactSampler):
-        return _sample_exact(sampler, log_abs_fn, params, chains)
-    return _sample_metropolis(sampler, log_abs_fn, params, chains)
+        return _sample_exact(sampler, amplitude, params, chains)
+    return _sample_metropolis(sampler, amplitude, params, chains)
 
 
 def _draw(sampler, key, n_steps):
@@ -218,7 +251,7 @@ def _draw(sampler, key, n_steps):
     return moves, log_u
 
 
-def _sample_metropolis(sampler: MetropolisSampler, log_abs_fn, params, chains: ChainState):
+def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params, chains: ChainState):
     T = sampler.samples_per_chain
     n_sweeps = sampler.n_discard_per_chain + T
     n_steps = n_sweeps * sampler.sweep_size
@@ -228,33 +261,42 @@ def _sample_metropolis(sampler: MetropolisSampler, log_abs_fn, params, chains: C
     moves_SxC = moves_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
     log_u_SxC = log_u_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
     propose = jax.vmap(sampler.rule)
+    apply = jax.vmap(apply_move)
 
     def step(carry, xs):
-        sigma_CxN, log_abs_C, n_accepted_C = carry
+        sigma_CxN, log_abs_C, cache, n_accepted_C = carry
         move_C, log_u_C = xs
-        proposed_CxN = propose(sigma_CxN, move_C)
-        log_abs_new_C = log_abs_fn(params, proposed_CxN)
+        sites_CxK, values_CxK = propose(sigma_CxN, move_C)
+        proposed_CxN = apply(sigma_CxN, sites_CxK, values_CxK)
+        delta_CxK = values_CxK - jnp.take_along_axis(sigma_CxN, sites_CxK, axis=1)
+        log_abs_new_C, cache_new = amplitude.update(params, cache, proposed_CxN, sites_CxK, delta_CxK)
         accept_C = log_u_C < 2.0 * (log_abs_new_C - log_abs_C)
-        sigma_CxN = jnp.where(accept_C[:, None], proposed_CxN, sigma_CxN)
-        log_abs_C = jnp.where(accept_C, log_abs_new_C, log_abs_C)
-        return (sigma_CxN, log_abs_C, n_accepted_C + accept_C), None
+        keep = lambda new, old: jnp.where(accept_C.reshape(-1, *[1] * (new.ndim - 1)), new, old)  # noqa: E731
+        sigma_CxN = keep(proposed_CxN, sigma_CxN)
+        log_abs_C = keep(log_abs_new_C, log_abs_C)
+        cache = jax.tree_util.tree_map(keep, cache_new, cache)
+        return (sigma_CxN, log_abs_C, cache, n_accepted_C + accept_C), None
 
     def sweep(carry, xs):
-        carry, _ = jax.lax.scan(step, carry, xs)
-        return carry, carry[0]
+        sigma_CxN, n_accepted_C = carry
+        # A fresh cache every sweep: updates cannot accumulate rounding (one full
+        # evaluation per sweep, 1/sweep_size of the work).
+        log_abs_C, cache = amplitude.init(params, sigma_CxN)
+        (sigma_CxN, _, _, n_accepted_C), _ = jax.lax.scan(
+            step, (sigma_CxN, log_abs_C, cache, n_accepted_C), xs
+        )
+        return (sigma_CxN, n_accepted_C), sigma_CxN
 
-    log_abs_C = log_abs_fn(params, chains.sigma_CxN)
     n_accepted_C = jnp.zeros(chains.sigma_CxN.shape[0], jnp.int32)
-    carry = (chains.sigma_CxN, log_abs_C, n_accepted_C)
-    carry, sigma_SxCxN = jax.lax.scan(sweep, carry, (moves_SxC, log_u_SxC))
+    carry, sigma_SxCxN = jax.lax.scan(sweep, (chains.sigma_CxN, n_accepted_C), (moves_SxC, log_u_SxC))
     sigma_CxTxN = jnp.swapaxes(sigma_SxCxN[sampler.n_discard_per_chain :], 0, 1)
-    acceptance = jnp.mean(carry[2]) / n_steps
+    acceptance = jnp.mean(carry[1]) / n_steps
     return ChainState(carry[0], key_C), sigma_CxTxN, acceptance
 
 
-def _sample_exact(sampler: ExactSampler, log_abs_fn, params, chains: ChainState):
+def _sample_exact(sampler: ExactSampler, amplitude: Amplitude, params, chains: ChainState):
     states_DxN = jnp.asarray(all_states(sampler.hilbert))
-    log_p_D = 2.0 * log_abs_fn(params, states_DxN)
+    log_p_D = 2.0 * amplitude.init(params, states_DxN)[0]
     T = sampler.samples_per_chain
     split = jax.vmap(jax.random.split)(chains.key_C)
     key_C, draw_C = split[:, 0], split[:, 1]

@@ -15,7 +15,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from runner.operators import Hamiltonian, local_energy
-from runner.sampler import ChainState, init_chains, sample
+from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
 from runner.stats import statistics
 
 
@@ -53,17 +53,37 @@ class Problem:
     def logpsi(self, params, sigma_xN):
         return self.model.apply({"params": params}, sigma_xN)
 
-    def log_abs(self, params, sigma_xN):
-        """Re log psi: all sampling needs. Uses the model's cheaper `log_abs` when it has one."""
-        if hasattr(type(self.model), "log_abs"):
-            return self.model.apply({"params": params}, sigma_xN, method="log_abs")
-        return jnp.real(self.logpsi(params, sigma_xN))
+    @property
+    def amplitude(self) -> Amplitude:
+        return amplitude_of(self.model)
 
     @property
     def chunk_per_chain(self) -> int | None:
         if self.chunk_size is None:
             return None
         return max(1, self.chunk_size // self.sampler.n_chains)
+
+
+def amplitude_of(model) -> Amplitude:
+    """What the sampler evaluates for a model. Models with `features`, `features_change` and
+    `log_abs_of_features` (the RBM) get O(K M) local updates instead of full evaluations;
+    others a plain log |psi| (their `log_abs` method when they have one)."""
+    apply = lambda params, *args, method: model.apply({"params": params}, *args, method=method)  # noqa: E731
+    if not all(hasattr(type(model), m) for m in ("features", "features_change", "log_abs_of_features")):
+        if hasattr(type(model), "log_abs"):
+            return plain_amplitude(lambda params, sigma: apply(params, sigma, method="log_abs"))
+        return plain_amplitude(lambda params, sigma: jnp.real(apply(params, sigma, method="__call__")))
+
+    def init(params, sigma_xN):
+        features = apply(params, sigma_xN, method="features")
+        return model.log_abs_of_features(*features), features
+
+    def update(params, features, proposed, sites_xK, delta_xK):
+        change = apply(params, sites_xK, delta_xK, method="features_change")
+        features = jax.tree_util.tree_map(jnp.add, features, change)
+        return model.log_abs_of_features(*features), features
+
+    return Amplitude(init, update)
 
 
 def gradient_mode(params, model) -> str:
@@ -184,7 +204,7 @@ def vmc_step(problem: Problem, state: VMCState):
         *before* the update (the energy the samples estimate).
     """
     chains, sigma_CxTxN, acceptance = sample(
-        problem.sampler, problem.log_abs, state.params, state.chains
+        problem.sampler, problem.amplitude, state.params, state.chains
     )
     stats, grads, solution = energy_and_update(problem, state.params, sigma_CxTxN, state.last_update)
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
@@ -204,7 +224,7 @@ def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
     """
 
     def one_round(chains, _):
-        chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.log_abs, state.params, chains)
+        chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
         return chains, (local_energies(problem, state.params, sigma_CxTxN), acceptance)
 
     chains, (eloc_RxCxT, acceptance_R) = jax.lax.scan(one_round, state.chains, length=n_rounds)

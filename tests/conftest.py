@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+from runner.parallel import configure_runtime  # noqa: E402  (imports jax, starts no backend)
+
+configure_runtime()
 
 import jax  # noqa: E402
 

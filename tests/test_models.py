@@ -7,7 +7,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from models import MLP, RBM, Jastrow
-from models.common import log_cosh
+from models.common import LOG_PROD_BLOCK, log_cosh, sum_log_cosh, sum_log_cosh_real_part
 from runner.errors import ConfigError
 
 DTYPES = [jnp.float64, jnp.float32, jnp.complex128, jnp.complex64]
@@ -62,6 +62,24 @@ def test_log_cosh_is_stable_and_exact():
     assert np.all(np.isfinite(log_cosh(x)))
     z = jnp.array([0.3 + 0.7j, -2.0 + 0.1j])
     np.testing.assert_allclose(log_cosh(z), np.log(np.cosh(np.asarray(z))), rtol=1e-12)
+
+
+@pytest.mark.parametrize("m", [7, 36, 2 * LOG_PROD_BLOCK + 3])
+def test_sums_of_log_cosh_by_blocked_products(m):
+    """The product forms equal the elementwise sums (imaginary part modulo 2 pi), stay finite
+    for huge arguments, and differentiate to tanh."""
+    k1, k2 = jax.random.split(jax.random.PRNGKey(m))
+    x = 3.0 * jax.random.normal(k1, (5, m)).at[0, 0].set(900.0)
+    z = x + 2j * jax.random.normal(k2, (5, m))
+    exact = jnp.sum(log_cosh(z), axis=-1)
+    np.testing.assert_allclose(sum_log_cosh(x), jnp.sum(log_cosh(x), axis=-1), rtol=1e-13)
+    np.testing.assert_allclose(sum_log_cosh_real_part(x), jnp.sum(log_cosh(x), axis=-1), rtol=1e-13)
+    np.testing.assert_allclose(sum_log_cosh_real_part(z), jnp.real(exact), rtol=1e-13)
+    got = sum_log_cosh(z)
+    np.testing.assert_allclose(jnp.real(got), jnp.real(exact), rtol=1e-13)
+    np.testing.assert_allclose(jnp.exp(1j * (jnp.imag(got) - jnp.imag(exact))), 1.0, atol=1e-12)
+    grad = jax.grad(lambda z: jnp.sum(sum_log_cosh(z)), holomorphic=True)(z)
+    np.testing.assert_allclose(grad, jnp.tanh(z), rtol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -145,7 +145,7 @@ def test_energy_gradient_and_update_on_sharded_samples(name):
     problem, state = _sharded_inputs(name)
     from runner.sampler import sample
 
-    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.log_abs, s.params, s.chains))(state)
+    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
     layout = parallel.make_mesh("sharded")
     f = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.last_update)[:2])
     stats_1, grads_1 = f(state.params, sigma_CxTxN)

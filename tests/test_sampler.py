@@ -12,18 +12,21 @@ from models import RBM
 from runner import hilbert as hb
 from runner import sampler as smp
 from runner.hilbert import states_to_codes
+from runner.vmc import amplitude_of
 
 
-def _model_and_probs(lattice, seed=0, scale=15.0, dtype=jnp.float64):
-    """A sharply peaked RBM, its log|psi| function (the sampler's input) and exact |psi|^2."""
+def _model_and_probs(lattice, seed=0, scale=15.0, dtype=jnp.float64, cached=True):
+    """A sharply peaked RBM, its Amplitude (the sampler's input: with the RBM's local-update
+    cache, or plain log |psi|) and exact |psi|^2."""
     model = RBM(alpha=1, param_dtype=dtype)
     states = hb.all_states(lattice)
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: x * scale, params)
     log_abs = lambda p, s: model.apply({"params": p}, s, method="log_abs")  # noqa: E731
+    amplitude = amplitude_of(model) if cached else smp.plain_amplitude(log_abs)
     logp = 2 * np.real(np.asarray(model.apply({"params": params}, jnp.asarray(states))))
     p = np.exp(logp - logp.max())
-    return log_abs, params, states, p / p.sum()
+    return amplitude, params, states, p / p.sum()
 
 
 def _chi_square_pvalue(samples, states, probs):
@@ -58,12 +61,15 @@ def _draw_many(sampler, logpsi, params, seed, rounds):
         ("exact", hb.chain(6)),
         ("exact", hb.chain(8, total_sz=-1)),
         ("local-complex", hb.chain(6)),
+        ("exchange-complex", hb.chain(8, total_sz=0)),
+        ("local-plain", hb.chain(6)),
     ],
 )
 def test_histogram_matches_exact_distribution(kind, lattice):
     dtype = jnp.complex128 if kind.endswith("complex") else jnp.float64
-    kind = kind.removesuffix("-complex")
-    logpsi, params, states, probs = _model_and_probs(lattice, dtype=dtype)
+    cached = not kind.endswith("plain")
+    kind = kind.split("-")[0]
+    logpsi, params, states, probs = _model_and_probs(lattice, dtype=dtype, cached=cached)
     make = {"local": smp.metropolis_local, "exchange": smp.metropolis_exchange, "exact": smp.exact}[kind]
     # Thinned chains (4 sweeps between samples): chi-square assumes independent draws.
     thin = {} if kind == "exact" else {"sweep_size": 4 * lattice.n_sites}
@@ -98,14 +104,34 @@ def test_chain_depends_only_on_its_own_key(kind):
     np.testing.assert_array_equal(a, b[:8])
 
 
-def test_exchange_rule_keeps_magnetisation():
+@pytest.mark.parametrize("kind,dtype", [("local", jnp.float64), ("local", jnp.complex128),
+                                        ("exchange", jnp.float64), ("exchange", jnp.complex128)])
+def test_cached_updates_give_the_same_chains(kind, dtype):
+    """The RBM's O(M) local updates reproduce the plain evaluation sample for sample."""
+    lattice = hb.chain(8, total_sz=0 if kind == "exchange" else None)
+    make = smp.metropolis_exchange if kind == "exchange" else smp.metropolis_local
+    sampler = make(lattice, n_samples=512, n_chains=16)
+    cached, params, _, _ = _model_and_probs(lattice, scale=8.0, dtype=dtype)
+    plain, _, _, _ = _model_and_probs(lattice, scale=8.0, dtype=dtype, cached=False)
+    a, acc_a = _draw_many(sampler, cached, params, seed=2, rounds=2)
+    b, acc_b = _draw_many(sampler, plain, params, seed=2, rounds=2)
+    np.testing.assert_array_equal(a, b)
+    assert acc_a == acc_b and 0.02 < acc_a < 0.98
+
+
+def _moved(sigma, rule, move):
+    return smp.apply_move(sigma, *rule(sigma, move))
+
+
+def test_rules_move_the_right_spins():
     sigma = jnp.array([1, -1, 1, 1, -1, -1], jnp.int8)
     bonds = np.array([[0, 1], [2, 3], [4, 5], [3, 4]])
+    swap = functools.partial(smp.swap_bond, bonds=bonds)
     for move in range(4):
-        out = smp.swap_bond(sigma, move, bonds=bonds)
-        assert int(out.sum()) == int(sigma.sum())
-    np.testing.assert_array_equal(smp.swap_bond(sigma, 0, bonds=bonds), [-1, 1, 1, 1, -1, -1])
-    np.testing.assert_array_equal(smp.swap_bond(sigma, 1, bonds=bonds), sigma)
+        assert int(_moved(sigma, swap, move).sum()) == int(sigma.sum())
+    np.testing.assert_array_equal(_moved(sigma, swap, 0), [-1, 1, 1, 1, -1, -1])
+    np.testing.assert_array_equal(_moved(sigma, swap, 1), sigma)
+    np.testing.assert_array_equal(_moved(sigma, smp.flip_site, 4), [1, -1, 1, 1, 1, -1])
 
 
 def test_initial_states_respect_sector():

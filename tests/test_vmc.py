@@ -20,7 +20,7 @@ def _problem_and_samples(chunk_size=None):
     experiment = build(compose_config([*BASE, f"chunk_size={chunk_size or 'null'}"]))
     problem = experiment.problem
     state = init_state(problem, 0, jnp.ones((8,), jnp.int8))
-    _, sigma, _ = sample(problem.sampler, problem.log_abs, state.params, state.chains)
+    _, sigma, _ = sample(problem.sampler, problem.amplitude, state.params, state.chains)
     return problem, state, sigma
 
 
