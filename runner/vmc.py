@@ -15,6 +15,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from runner.operators import Hamiltonian, local_energy
+from runner.precond import Jacobian
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
 from runner.stats import statistics
 
@@ -144,6 +145,18 @@ def local_energies(problem: Problem, params, sigma_CxTxN):
     return map_over_samples(jax.vmap(jax.vmap(e_loc)), sigma_CxTxN, problem.chunk_per_chain)
 
 
+def _flat_logpsi(problem: Problem, params, mode):
+    """(theta, f) with f(theta, sigma_xN) = log psi, theta the flat parameters in the
+    coordinates of `mode` (real and imaginary parts side by side for "split")."""
+    flat, unravel = ravel_pytree(params)
+    if mode == "split":
+        flat = to_split(flat)
+        to_params = lambda v: unravel(from_split(v))  # noqa: E731
+    else:
+        to_params = unravel
+    return flat, lambda v, s: problem.logpsi(to_params(v), s)
+
+
 def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     """O = d log psi / d theta for every sample, [C, T, P], with theta the flat parameters.
 
@@ -151,13 +164,7 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     mode "holomorphic": complex theta, O = d log psi / dz;
     mode "split": complex theta of a non-holomorphic model, as the real vector (Re z, Im z).
     """
-    flat, unravel = ravel_pytree(params)
-    if mode == "split":
-        flat = to_split(flat)
-        to_params = lambda v: unravel(from_split(v))  # noqa: E731
-    else:
-        to_params = unravel
-    f = lambda v, s: problem.logpsi(to_params(v), s)  # noqa: E731
+    flat, f = _flat_logpsi(problem, params, mode)
     if mode == "holomorphic":
         grad = jax.grad(f, holomorphic=True)
     elif jnp.iscomplexobj(jax.eval_shape(f, flat, sigma_CxTxN[0, 0])):
@@ -171,6 +178,42 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     )
 
 
+def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
+    """The centred, scaled log-derivatives Obar = (O - <O>) / sqrt(N_s) of the samples, both
+    as a dense matrix (built only if a preconditioner asks) and as products with vectors
+    (a forward and a transposed derivative of log psi over the batch, O never formed)."""
+    n_samples = sigma_CxTxN.shape[0] * sigma_CxTxN.shape[1]
+    sigma_SxN = sigma_CxTxN.reshape(n_samples, -1)
+
+    def dense():
+        O_SxP = log_derivatives(problem, params, sigma_CxTxN, mode).reshape(n_samples, -1)
+        Obar_SxP = (O_SxP - jnp.mean(O_SxP, axis=0)) / jnp.sqrt(n_samples)
+        # Materialise the transpose: left to itself XLA folds it into the products that
+        # follow and picks a layout about 2x slower on CPU.
+        return jax.lax.optimization_barrier(Obar_SxP.T)
+
+    flat, f = _flat_logpsi(problem, params, mode)
+    logpsi_S, jvp = jax.linearize(lambda v: f(v, sigma_SxN), flat)
+    transpose = jax.linear_transpose(jvp, flat)
+    centre = lambda y: ((y - jnp.mean(y)) / jnp.sqrt(n_samples)).astype(logpsi_S.dtype)  # noqa: E731
+    if mode == "holomorphic":
+        # Obar^H w = conj(Obar^T conj(w)); the transpose of a holomorphic jvp is Obar^T.
+        return Jacobian(dense, lambda v: centre(jvp(v)),
+                        lambda w: jnp.conj(transpose(jnp.conj(centre(w)))[0]), lambda e: e)
+    if not jnp.iscomplexobj(logpsi_S):
+        return Jacobian(dense, lambda v: centre(jvp(v)), lambda w: transpose(centre(w))[0], jnp.real)
+    # Real parameters, complex log psi: samples in real coordinates (Re; Im). For real v the
+    # transpose of the jvp maps a cotangent c to Re(c^T O), so c = w_re - i w_im gives
+    # Re(O)^T w_re + Im(O)^T w_im.
+    stack = lambda y: jnp.concatenate([jnp.real(y), jnp.imag(y)])  # noqa: E731
+    return Jacobian(
+        dense,
+        lambda v: stack(centre(jvp(v))),
+        lambda w: transpose(centre(w[:n_samples] - 1j * w[n_samples:]))[0],
+        lambda e: stack(e.astype(logpsi_S.dtype)),
+    )
+
+
 def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
     """Statistics of E_loc, the preconditioned gradient as a parameter pytree, and the flat
     solution (the next step's warm start).
@@ -181,15 +224,10 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
     eloc_CxT = local_energies(problem, params, sigma_CxTxN)
     stats = statistics(eloc_CxT)
     mode = gradient_mode(params, problem.model)
-    O_CxTxP = log_derivatives(problem, params, sigma_CxTxN, mode)
+    jac = jacobian(problem, params, sigma_CxTxN, mode)
     n_samples = eloc_CxT.size
-    O_SxP = O_CxTxP.reshape(n_samples, -1)
-    Obar_SxP = (O_SxP - jnp.mean(O_SxP, axis=0)) / jnp.sqrt(n_samples)
-    # Materialise the transpose: left to itself XLA folds it into the products that follow
-    # and picks a layout about 2x slower on CPU.
-    Obar_PxS = jax.lax.optimization_barrier(Obar_SxP.T)
     eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
-    solution_P = problem.precondition(Obar_PxS, eps_S, "real" if mode == "split" else mode, last_update)
+    solution_P = problem.precondition(jac, eps_S, "real" if mode == "split" else mode, last_update)
     flat, unravel = ravel_pytree(params)
     # In split coordinates the solution is (dE/dx, dE/dy); dE/dconj(z) = (dE/dx + i dE/dy) / 2.
     update_P = 0.5 * from_split(solution_P) if mode == "split" else solution_P

@@ -13,7 +13,7 @@ from models import MLP, RBM, Jastrow
 from models.common import normal
 from runner import hilbert as hb
 from runner import operators, precond
-from runner.vmc import Problem, gradient_mode, log_derivatives
+from runner.vmc import Problem, gradient_mode, jacobian, log_derivatives
 
 
 class NonHolomorphic(nn.Module):
@@ -94,7 +94,7 @@ def test_gradient_matches_exact_derivative(model_name):
     Obar, eps, E = _exact_weighted(problem, params, states, mode)
     np.testing.assert_allclose(E, _exact_energy(model, states, H)(params), rtol=1e-10)
     core_mode = "real" if mode == "split" else mode
-    F = precond.force(Obar.T, eps, core_mode)
+    F = precond.force(precond.from_dense(Obar.T, core_mode), eps, core_mode)
     if mode == "split":
         n = F.shape[0] // 2
         F = 0.5 * (F[:n] + 1j * F[n:])
@@ -118,25 +118,26 @@ def test_sr_and_minsr_match_exact_solve(model_name, solver):
     else:
         S, F = Ob.conj().T @ Ob, Ob.conj().T @ ep
     expected = np.linalg.solve(S + shift * np.eye(len(S)), F)
-    sr = precond.sr(diag_shift=shift, solver=solver)(Obar.T, eps, core_mode)
-    minsr = precond.minsr(diag_shift=shift, solver=solver)(Obar.T, eps, core_mode)
+    jac = precond.from_dense(Obar.T, core_mode)
+    sr = precond.sr(diag_shift=shift, solver=solver)(jac, eps, core_mode, jnp.zeros(len(S)))
+    minsr = precond.minsr(diag_shift=shift, solver=solver)(jac, eps, core_mode)
     np.testing.assert_allclose(np.asarray(sr), expected, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(np.asarray(minsr), expected, rtol=1e-6, atol=1e-8)
     cg = precond.sr(diag_shift=shift, solver="cg", cg_tol=1e-12, cg_maxiter=2000)
-    np.testing.assert_allclose(np.asarray(cg(Obar.T, eps, core_mode, jnp.zeros_like(sr))), expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(cg(jac, eps, core_mode, jnp.zeros_like(sr))), expected, rtol=1e-6, atol=1e-8)
     # A warm start at the answer stays there.
-    np.testing.assert_allclose(np.asarray(cg(Obar.T, eps, core_mode, jnp.asarray(expected, sr.dtype))), expected, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(cg(jac, eps, core_mode, jnp.asarray(expected, sr.dtype))), expected, rtol=1e-8, atol=1e-10)
 
 
 def test_sr_holomorphic_equals_split_for_holomorphic_model():
     """The complex fast path and the general real-split path give the same update."""
     lattice, ham, model, states, params, H = _setup("rbm_complex", seed=2)
     problem = _problem(model, ham)
-    solve = precond.sr(diag_shift=0.02)
+    solve = precond.sr(diag_shift=0.02, solver="cholesky")
     Obar, eps, _ = _exact_weighted(problem, params, states, "holomorphic")
-    holo = solve(Obar.T, eps, "holomorphic")
+    holo = solve(precond.from_dense(Obar.T, "holomorphic"), eps, "holomorphic")
     Obar_s, eps_s, _ = _exact_weighted(problem, params, states, "split")
-    split = solve(Obar_s.T, eps_s, "real")
+    split = solve(precond.from_dense(Obar_s.T, "real"), eps_s, "real")
     n = split.shape[0] // 2
     np.testing.assert_allclose(np.asarray(holo), np.asarray(0.5 * (split[:n] + 1j * split[n:])), rtol=1e-7, atol=1e-10)
 
@@ -144,6 +145,31 @@ def test_sr_holomorphic_equals_split_for_holomorphic_model():
 def test_cholesky_falls_back_on_singular_metric():
     Obar = jnp.zeros((8, 3)).at[:, 0].set(jnp.linspace(-1, 1, 8))
     eps = jnp.linspace(0.5, -0.5, 8)
-    x = precond.sr(diag_shift=0.0)(Obar.T, eps, "real")
+    x = precond.sr(diag_shift=0.0, solver="cholesky")(precond.from_dense(Obar.T, "real"), eps, "real")
     assert np.all(np.isfinite(np.asarray(x)))
     np.testing.assert_allclose(np.asarray(x)[1:], 0.0)
+
+
+@pytest.mark.parametrize("model_name", ["rbm_real", "mlp_real", "rbm_complex", "nonholomorphic"])
+def test_jacobian_products_equal_the_dense_matrix(model_name):
+    """The products SR's conjugate gradients use (O never formed) equal those with dense O."""
+    lattice, ham, model, states, params, H = _setup(model_name, seed=3)
+    problem = _problem(model, ham)
+    mode = gradient_mode(params, model)
+    core_mode = "real" if mode == "split" else mode
+    sigma = jnp.asarray(states[:40]).reshape(4, 10, -1)
+    lazy = jacobian(problem, params, sigma, mode)
+    dense = precond.from_dense(lazy.dense(), core_mode)
+    P = lazy.dense().shape[0]
+    key1, key2 = jax.random.split(jax.random.PRNGKey(0))
+    v = jax.random.normal(key1, (P,))
+    if core_mode == "holomorphic":
+        v = v + 1j * jax.random.normal(key2, (P,))
+    w = jax.random.normal(key2, dense.matvec(v).shape)
+    eps = jnp.linspace(-1.0, 1.0, 40) * (1 + 0.5j)
+    for a, b in [(lazy.matvec(v), dense.matvec(v)), (lazy.rmatvec(w), dense.rmatvec(w)),
+                 (precond.force(lazy, eps, core_mode), precond.force(dense, eps, core_mode))]:
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
+    dense_sr = precond.sr(diag_shift=0.01, solver="cholesky")(lazy, eps, core_mode, jnp.zeros(P, v.dtype))
+    cg_sr = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12)(lazy, eps, core_mode, jnp.zeros(P, v.dtype))
+    np.testing.assert_allclose(np.asarray(cg_sr), np.asarray(dense_sr), rtol=1e-8, atol=1e-10)
