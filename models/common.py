@@ -76,7 +76,7 @@ def log_cosh(x):
 LOG_PROD_BLOCK = 256
 
 
-def _log_prod(f_xM):
+def log_prod(f_xM):
     """sum of log f over the last axis, as logs of blocked products (0 < |f| <= 4)."""
     m = f_xM.shape[-1]
     if m <= LOG_PROD_BLOCK:
@@ -96,7 +96,7 @@ def sum_log_cosh_real_part(x_xM):
         f = 1.0 + e * (2.0 * jnp.cos(2.0 * jnp.imag(x_xM)) + e)
     else:
         f = (1.0 + e) ** 2
-    return jnp.sum(a, axis=-1) - m * jnp.log(2.0).astype(a.dtype) + 0.5 * _log_prod(f)
+    return jnp.sum(a, axis=-1) - m * jnp.log(2.0).astype(a.dtype) + 0.5 * log_prod(f)
 
 
 @jax.custom_jvp
@@ -112,7 +112,7 @@ def sum_log_cosh(x_xM):
     e = jnp.exp(-2.0 * jnp.real(z))
     w = jax.lax.complex(e * jnp.cos(2.0 * jnp.imag(z)), -e * jnp.sin(2.0 * jnp.imag(z)))
     log2 = x_xM.shape[-1] * jnp.log(2.0).astype(e.dtype)
-    return jnp.sum(z, axis=-1) - log2 + _log_prod(1.0 + w)  # |1 + w| <= 2
+    return jnp.sum(z, axis=-1) - log2 + log_prod(1.0 + w)  # |1 + w| <= 2
 
 
 @sum_log_cosh.defjvp

@@ -34,14 +34,13 @@ class RBM(nn.Module):
         """Hidden pre-activations theta [..., M] and the visible term a.s [...]."""
         n = sigma_xN.shape[-1]
         n_hidden = max(1, int(round(self.alpha * n)))
-        kernel = self.param("kernel", normal(0.01), (n, n_hidden), self.param_dtype)
-        hidden_bias = self.param("hidden_bias", normal(0.01), (n_hidden,), self.param_dtype)
-        x = sigma_xN.astype(jnp.finfo(self.param_dtype).dtype)  # spins are real
-        theta = real_times(x, kernel) + hidden_bias
-        if not self.use_visible_bias:
-            return theta, jnp.zeros(x.shape[:-1], self.param_dtype)
-        visible_bias = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
-        return theta, real_times(x, visible_bias)
+        params = {
+            "kernel": self.param("kernel", normal(0.01), (n, n_hidden), self.param_dtype),
+            "hidden_bias": self.param("hidden_bias", normal(0.01), (n_hidden,), self.param_dtype),
+        }
+        if self.use_visible_bias:
+            params["visible_bias"] = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
+        return self.local_state(self.local_tables(params), sigma_xN)
 
     def __call__(self, sigma_xN):
         theta, visible = self.features(sigma_xN)
@@ -49,21 +48,43 @@ class RBM(nn.Module):
 
     def log_abs(self, sigma_xN):
         """Re log psi, cheaper than the real part of __call__ for complex parameters."""
-        return self.log_abs_of_features(*self.features(sigma_xN))
-
-    @staticmethod
-    def log_abs_of_features(theta, visible):
-        """Re log psi from the `features` (theta, a.s)."""
+        theta, visible = self.features(sigma_xN)
         return sum_log_cosh_real_part(theta) + jnp.real(visible)
 
-    def features_change(self, sites_xK, delta_xK):
-        """Change of the `features` when spins on `sites` change by `delta` (new - old).
+    # --- local updates: O(K M) per move of K spins instead of O(N M), for the Metropolis
+    # sampler and the local energies; pure functions of the parameter dict ---------------
 
-        O(K M) instead of the O(N M) of recomputing theta: what a Metropolis move needs.
-        """
-        params = self.variables["params"]
-        delta = delta_xK.astype(jnp.finfo(self.param_dtype).dtype)
-        d_theta = jnp.sum(delta[..., None] * params["kernel"][sites_xK], axis=-2)
-        if not self.use_visible_bias:
-            return d_theta, jnp.zeros(delta.shape[:-1], self.param_dtype)
-        return d_theta, jnp.sum(delta * params["visible_bias"][sites_xK], axis=-1)
+    @staticmethod
+    def local_tables(params):
+        """The parameters the updates read (the visible bias is zero when unused)."""
+        kernel = params["kernel"]
+        zeros = jnp.zeros(kernel.shape[0], kernel.dtype)
+        return {"kernel": kernel, "hidden_bias": params["hidden_bias"],
+                "visible_bias": params.get("visible_bias", zeros)}
+
+    @staticmethod
+    def local_state(tables, sigma_xN):
+        """(theta, a.s): hidden pre-activations [..., M] and the visible term [...]."""
+        kernel = tables["kernel"]
+        x = sigma_xN.astype(jnp.finfo(kernel.dtype).dtype)  # spins are real
+        return real_times(x, kernel) + tables["hidden_bias"], real_times(x, tables["visible_bias"])
+
+    @staticmethod
+    def local_update(tables, state, sites_xK, delta_xK):
+        """The `local_state` after the spins on `sites` change by `delta` (new - old)."""
+        theta, visible = state
+        delta = delta_xK.astype(jnp.finfo(tables["kernel"].dtype).dtype)
+        theta = theta + jnp.sum(delta[..., None] * tables["kernel"][sites_xK], axis=-2)
+        return theta, visible + jnp.sum(delta * tables["visible_bias"][sites_xK], axis=-1)
+
+    @staticmethod
+    def local_log_abs(state):
+        """Re log psi of a `local_state` (one log per block of hidden units)."""
+        theta, visible = state
+        return sum_log_cosh_real_part(theta) + jnp.real(visible)
+
+    @staticmethod
+    def local_log_psi(state):
+        """log psi of a `local_state`."""
+        theta, visible = state
+        return sum_log_cosh(theta) + visible

@@ -155,7 +155,17 @@ def connected(ham: Hamiltonian, sigma_N):
     return sigmap_KxN, mel_K, diagonal(ham, sigma_N).astype(dtype)
 
 
-def local_energy(ham: Hamiltonian, logpsi_fn, params, sigma_N):
+def connected_moves(ham: Hamiltonian, sigma_N):
+    """The connected configurations as moves: (sites_Kx2, delta_Kx2), the spins each one
+    flips and their change (new - old; 0 pads a single flip)."""
+    k1 = len(ham.x_sites)
+    sites = np.concatenate([np.stack([ham.x_sites, ham.x_sites], axis=1), ham.xy_bonds]).astype(np.int32)
+    used = np.ones(sites.shape, np.int8)
+    used[:k1, 1] = 0
+    return jnp.asarray(sites), -2 * sigma_N[sites] * jnp.asarray(used, sigma_N.dtype)
+
+
+def local_energy(ham: Hamiltonian, logpsi_fn, params, sigma_N, log_ratio_fn=None):
     """E_loc(s) = sum_s' <s|H|s'> psi(s') / psi(s) for one configuration.
 
     Args:
@@ -163,14 +173,18 @@ def local_energy(ham: Hamiltonian, logpsi_fn, params, sigma_N):
         logpsi_fn: (params, sigma_xN) -> log psi [...], batched over leading axes.
         params: model parameters.
         sigma_N: spins [N].
+        log_ratio_fn: optional (params, sigma_N, sites_Kx2, delta_Kx2) -> log psi(s'_k) -
+            log psi(s) from the moves of `connected_moves`, for models that update cheaply.
 
     Returns:
         A scalar, complex when log psi is complex.
     """
     sigmap_KxN, mel_K, diag = connected(ham, sigma_N)
-    logpsi = logpsi_fn(params, sigma_N)
-    logpsi_K = logpsi_fn(params, sigmap_KxN)
-    return diag + jnp.sum(mel_K * jnp.exp(logpsi_K - logpsi))
+    if log_ratio_fn is None:
+        log_ratio_K = logpsi_fn(params, sigmap_KxN) - logpsi_fn(params, sigma_N)
+    else:
+        log_ratio_K = log_ratio_fn(params, sigma_N, *connected_moves(ham, sigma_N))
+    return diag + jnp.sum(mel_K * jnp.exp(log_ratio_K))
 
 
 def to_sparse(ham: Hamiltonian, states: np.ndarray):

@@ -57,12 +57,14 @@ def apply_move(sigma_N, sites_K, values_K):
 class Amplitude(NamedTuple):
     """log |psi| for the sampler, with an optional per-chain cache for cheap local moves.
 
-    init: (params, sigma_CxN) -> (log_abs_C, cache);
-    update: (params, cache, proposed_CxN, sites_CxK, delta_CxK) -> (log_abs_C, cache) for
+    prepare: params -> tables, computed once per call outside the Markov loop;
+    init: (tables, sigma_CxN) -> (log_abs_C, cache);
+    update: (tables, cache, proposed_CxN, sites_CxK, delta_CxK) -> (log_abs_C, cache) for
         the proposed configurations, which differ from the cached ones by `delta` (new - old)
         on `sites`. Models without a cache recompute from `proposed`.
     """
 
+    prepare: Callable
     init: Callable
     update: Callable
 
@@ -70,6 +72,7 @@ class Amplitude(NamedTuple):
 def plain_amplitude(log_abs_fn) -> Amplitude:
     """An Amplitude without a cache: (params, sigma_xN) -> log |psi| on every proposal."""
     return Amplitude(
+        prepare=lambda params: params,
         init=lambda params, sigma: (log_abs_fn(params, sigma), ()),
         update=lambda params, cache, proposed, sites, delta: (log_abs_fn(params, proposed), ()),
     )
@@ -262,6 +265,7 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
     log_u_SxC = log_u_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
     propose = jax.vmap(sampler.rule)
     apply = jax.vmap(apply_move)
+    tables = amplitude.prepare(params)
 
     def step(carry, xs):
         sigma_CxN, log_abs_C, cache, n_accepted_C = carry
@@ -269,7 +273,7 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
         sites_CxK, values_CxK = propose(sigma_CxN, move_C)
         proposed_CxN = apply(sigma_CxN, sites_CxK, values_CxK)
         delta_CxK = values_CxK - jnp.take_along_axis(sigma_CxN, sites_CxK, axis=1)
-        log_abs_new_C, cache_new = amplitude.update(params, cache, proposed_CxN, sites_CxK, delta_CxK)
+        log_abs_new_C, cache_new = amplitude.update(tables, cache, proposed_CxN, sites_CxK, delta_CxK)
         accept_C = log_u_C < 2.0 * (log_abs_new_C - log_abs_C)
         keep = lambda new, old: jnp.where(accept_C.reshape(-1, *[1] * (new.ndim - 1)), new, old)  # noqa: E731
         sigma_CxN = keep(proposed_CxN, sigma_CxN)
@@ -281,7 +285,7 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
         sigma_CxN, n_accepted_C = carry
         # A fresh cache every sweep: updates cannot accumulate rounding (one full
         # evaluation per sweep, 1/sweep_size of the work).
-        log_abs_C, cache = amplitude.init(params, sigma_CxN)
+        log_abs_C, cache = amplitude.init(tables, sigma_CxN)
         (sigma_CxN, _, _, n_accepted_C), _ = jax.lax.scan(
             step, (sigma_CxN, log_abs_C, cache, n_accepted_C), xs
         )
@@ -296,7 +300,7 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
 
 def _sample_exact(sampler: ExactSampler, amplitude: Amplitude, params, chains: ChainState):
     states_DxN = jnp.asarray(all_states(sampler.hilbert))
-    log_p_D = 2.0 * amplitude.init(params, states_DxN)[0]
+    log_p_D = 2.0 * amplitude.init(amplitude.prepare(params), states_DxN)[0]
     T = sampler.samples_per_chain
     split = jax.vmap(jax.random.split)(chains.key_C)
     key_C, draw_C = split[:, 0], split[:, 1]

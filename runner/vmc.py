@@ -65,26 +65,49 @@ class Problem:
         return max(1, self.chunk_size // self.sampler.n_chains)
 
 
+LOCAL_UPDATE_METHODS = ("local_tables", "local_state", "local_update", "local_log_abs", "local_log_psi")
+
+
+def _has_local_updates(model) -> bool:
+    """Whether the model's class updates its state in O(K M) for K changed spins (the RBM)."""
+    return all(hasattr(type(model), m) for m in LOCAL_UPDATE_METHODS)
+
+
 def amplitude_of(model) -> Amplitude:
-    """What the sampler evaluates for a model. Models with `features`, `features_change` and
-    `log_abs_of_features` (the RBM) get O(K M) local updates instead of full evaluations;
-    others a plain log |psi| (their `log_abs` method when they have one)."""
-    apply = lambda params, *args, method: model.apply({"params": params}, *args, method=method)  # noqa: E731
-    if not all(hasattr(type(model), m) for m in ("features", "features_change", "log_abs_of_features")):
-        if hasattr(type(model), "log_abs"):
-            return plain_amplitude(lambda params, sigma: apply(params, sigma, method="log_abs"))
-        return plain_amplitude(lambda params, sigma: jnp.real(apply(params, sigma, method="__call__")))
+    """What the sampler evaluates for a model: local updates for models that have them, else
+    a plain log |psi| (the model's `log_abs` method when it has one)."""
+    cls = type(model)
+    if _has_local_updates(model):
 
-    def init(params, sigma_xN):
-        features = apply(params, sigma_xN, method="features")
-        return model.log_abs_of_features(*features), features
+        def init(tables, sigma_xN):
+            state = cls.local_state(tables, sigma_xN)
+            return cls.local_log_abs(state), state
 
-    def update(params, features, proposed, sites_xK, delta_xK):
-        change = apply(params, sites_xK, delta_xK, method="features_change")
-        features = jax.tree_util.tree_map(jnp.add, features, change)
-        return model.log_abs_of_features(*features), features
+        def update(tables, state, proposed_xN, sites_xK, delta_xK):
+            state = cls.local_update(tables, state, sites_xK, delta_xK)
+            return cls.local_log_abs(state), state
 
-    return Amplitude(init, update)
+        return Amplitude(cls.local_tables, init, update)
+    method = "log_abs" if hasattr(cls, "log_abs") else "__call__"
+    return plain_amplitude(
+        lambda params, sigma: jnp.real(model.apply({"params": params}, sigma, method=method))
+    )
+
+
+def log_ratio_of(model):
+    """(params, sigma_N, sites_Kx2, delta_Kx2) -> log psi(s'_k) - log psi(s) for the local
+    energy, by local updates; None for models without them (full evaluations)."""
+    if not _has_local_updates(model):
+        return None
+    cls = type(model)
+
+    def log_ratio(params, sigma_N, sites_Kx2, delta_Kx2):
+        tables = cls.local_tables(params)
+        state = cls.local_state(tables, sigma_N)
+        moved = cls.local_update(tables, state, sites_Kx2, delta_Kx2)
+        return cls.local_log_psi(moved) - cls.local_log_psi(state)
+
+    return log_ratio
 
 
 def gradient_mode(params, model) -> str:
@@ -141,7 +164,8 @@ def map_over_samples(fn, sigma_CxTxN, chunk_per_chain):
 
 def local_energies(problem: Problem, params, sigma_CxTxN):
     """E_loc for every sample, [C, T]."""
-    e_loc = functools.partial(local_energy, problem.hamiltonian, problem.logpsi, params)
+    e_loc = functools.partial(local_energy, problem.hamiltonian, problem.logpsi, params,
+                              log_ratio_fn=log_ratio_of(problem.model))
     return map_over_samples(jax.vmap(jax.vmap(e_loc)), sigma_CxTxN, problem.chunk_per_chain)
 
 

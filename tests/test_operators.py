@@ -9,6 +9,7 @@ from models import RBM
 from runner import hilbert as hb
 from runner import operators
 from runner.errors import ConfigError
+from runner.vmc import log_ratio_of
 from tests.dense import basis_index, dense_heisenberg, dense_ising
 
 LATTICES = {
@@ -54,9 +55,12 @@ def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule):
     logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
     psi = np.zeros(2**lattice.n_sites, complex)
     psi[basis_index(states)] = np.exp(np.asarray(logpsi(params, jnp.asarray(states))))
-    eloc = jax.jit(jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s)))(jnp.asarray(states))
     expected = (H @ psi)[basis_index(states)] / psi[basis_index(states)]
-    np.testing.assert_allclose(np.asarray(eloc), expected, rtol=1e-10, atol=1e-10)
+    # Full evaluations of the connected configurations, and the RBM's feature updates.
+    for ratio in (None, log_ratio_of(model)):
+        e_loc = lambda s: operators.local_energy(ham, logpsi, params, s, log_ratio_fn=ratio)  # noqa: E731
+        eloc = jax.jit(jax.vmap(e_loc))(jnp.asarray(states))
+        np.testing.assert_allclose(np.asarray(eloc), expected, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("ham_name,lattice_name,sign_rule", CASES)
