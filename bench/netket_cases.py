@@ -159,6 +159,8 @@ def main(argv=None) -> int:
     p.add_argument("case", choices=["tfim1d", "heis1d", "tfim2d"])
     p.add_argument("--n-iter", type=int, default=None, help="default: the case's own count")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--final-rounds", type=int, default=1,
+                   help="the final energy uses this many times n_samples fresh samples")
     p.add_argument("--recompute-exact", action="store_true",
                    help="recompute the hard-coded tfim1d exact energy with scipy (slow, ~4 GB)")
     p.add_argument("--holomorphic", choices=["auto", "true", "false"], default="auto",
@@ -192,6 +194,7 @@ def main(argv=None) -> int:
     median = statistics.median(after) if after else None
 
     # Final energy at the final parameters, from fresh samples.
+    vs.n_samples = args.final_rounds * spec["n_samples"]
     vs.reset()
     final = vs.expect(spec["H"])
     e_final = float(np.real(final.mean))

@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """Side-by-side benchmark: vmc-runner against NetKet on the same cases, interleaved A B A B.
 
-    python bench/run.py [--reps 2] [--cases tfim1d heis1d tfim2d] [--netket-python PYTHON]
+    python bench/run.py [--seeds 0 1] [--cases tfim1d heis1d tfim2d] [--netket-python PYTHON]
                         [--write docs/benchmarks.md]
 
 Each measurement is a fresh process (so compile time and peak RSS are per run), with the
 same physics, sizes, seed, optimizer (SGD 0.01), SR (diag_shift 0.01), 16 chains and 5
-discarded samples per chain. vmc-runner's time per iteration is the median of the step
+discarded samples per chain; one vmc-runner/NetKet pair per seed, the order alternating.
+Both final energies are estimated from FINAL_ROUNDS x n_samples fresh samples. vmc-runner's time per iteration is the median of the step
 durations after 10 warm-up steps, read from metrics.jsonl (it includes the logging).
 NetKet runs through bench/netket_cases.py in the interpreter given by --netket-python
 (default: this one); without NetKet its columns say so.
@@ -26,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 WARMUP = 10
 COMMON = ["sampler.n_chains=16", "sampler.n_discard_per_chain=5", "optimizer=sgd", "optimizer.learning_rate=0.01",
-          "preconditioner=sr", "preconditioner.diag_shift=0.01", "seed=0", "exact=false",
+          "preconditioner=sr", "preconditioner.diag_shift=0.01", "exact=false", "final_rounds=8",
           "checkpoint_every=100000"]
 CASES = {
     "tfim1d": ["dtype=float64", "hilbert=chain", "hilbert.L=20", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "model.alpha=1",
@@ -68,23 +69,25 @@ def reference_energy(case):
     return exact.ground_energy(operators.heisenberg(h, 1.0, 0.0, None), h)
 
 
-def run_vmc_runner(case, n_sites, extra=()):
+def run_vmc_runner(case, n_sites, extra=(), seed=0):
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, peak = measured([sys.executable, "-m", "runner", *CASES[case], *COMMON, *extra, f"hydra.run.dir={tmp}"], REPO)
+        cmd = [sys.executable, "-m", "runner", *CASES[case], *COMMON, f"seed={seed}", *extra, f"hydra.run.dir={tmp}"]
+        _, _, peak = measured(cmd, REPO)
         summary = json.loads((Path(tmp) / "summary.json").read_text())
         wall = [json.loads(l)["wall_time"] for l in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     steps = [b - a for a, b in zip(wall, wall[1:])][WARMUP:]
     return {"s_per_iter": statistics.median(steps), "compile_first": summary["compile_seconds"] + summary["first_step_seconds"],
-            "energy": summary["energy"], "energy_error": summary["energy_error"], "peak_rss_mb": peak,
+            "energy": summary["energy"], "energy_error": summary["energy_error"], "peak_rss_mb": peak, "seed": seed,
             "n_params": summary["n_params"], "e_per_site": summary["energy"] / n_sites}
 
 
-def run_netket(case, python, n_sites):
-    out, _, peak = measured([python, str(REPO / "bench" / "netket_cases.py"), case], REPO)
+def run_netket(case, python, n_sites, seed=0):
+    cmd = [python, str(REPO / "bench" / "netket_cases.py"), case, f"--seed={seed}", "--final-rounds=8"]
+    out, _, peak = measured(cmd, REPO)
     result = json.loads(out.strip().splitlines()[-1])
     return {"s_per_iter": result["median_s_per_iter"], "compile_first": result["compile_plus_first_iter_s"],
-            "energy": result["final_energy"] if "final_energy" in result else result["energy"],
-            "peak_rss_mb": peak, "versions": result.get("versions"), "e_per_site": None, "raw": result}
+            "energy": result["final_energy"], "energy_error": result["final_energy_error"],
+            "peak_rss_mb": peak, "versions": result.get("versions"), "seed": seed, "raw": result}
 
 
 def has_netket(python):
@@ -97,7 +100,8 @@ def fmt(x, spec):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1],
+                        help="one interleaved vmc-runner/NetKet pair per seed")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--netket-python", default=sys.executable)
     parser.add_argument("--write", default=None, help="write the markdown table here")
@@ -115,15 +119,15 @@ def main(argv=None):
     for case in args.cases:
         exact_energy = reference_energy(case)
         ours, theirs = [], []
-        for rep in range(args.reps):
+        for rep, seed in enumerate(args.seeds):
             order = ["nk", "vmc"] if rep % 2 == 0 else ["vmc", "nk"]
             for who in order:
                 if who == "vmc":
-                    ours.append(run_vmc_runner(case, sizes[case]))
-                    print(f"{case} rep {rep} vmc-runner {ours[-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
+                    ours.append(run_vmc_runner(case, sizes[case], seed=seed))
+                    print(f"{case} seed {seed} vmc-runner {ours[-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
                 elif netket:
-                    theirs.append(run_netket(case, args.netket_python, sizes[case]))
-                    print(f"{case} rep {rep} netket {theirs[-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
+                    theirs.append(run_netket(case, args.netket_python, sizes[case], seed=seed))
+                    print(f"{case} seed {seed} netket {theirs[-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
         rows.append(summarise(case, ours, theirs, exact_energy, sizes[case]))
     table = render(rows, netket, args)
     print(table)
@@ -138,9 +142,9 @@ def compare_layouts(args):
     lines = ["| case | single s/iter | sharded (2 CPU devices) s/iter | ratio | same final energy |", "|---|---|---|---|---|"]
     for case in args.cases:
         runs = {name: [] for name in layouts}
-        for rep in range(args.reps):
+        for rep, seed in enumerate(args.seeds):
             for name in (list(layouts) if rep % 2 == 0 else list(layouts)[::-1]):
-                runs[name].append(run_vmc_runner(case, sizes[case], layouts[name]))
+                runs[name].append(run_vmc_runner(case, sizes[case], layouts[name], seed=seed))
                 print(f"{case} rep {rep} {name} {runs[name][-1]['s_per_iter'] * 1e3:.1f} ms/iter", file=sys.stderr)
         one, two = (statistics.median(r["s_per_iter"] for r in runs[n]) for n in layouts)
         same = all(a["energy"] == b["energy"] or abs(a["energy"] - b["energy"]) < 1e-10 * abs(a["energy"])
@@ -154,16 +158,20 @@ def summarise(case, ours, theirs, exact_energy, n_sites):
         return statistics.median(r[key] for r in runs) if runs else None
 
     def accuracy(runs):
+        """Mean over seeds of the relative error (or of E/N), and the mean error bar on it."""
         if not runs:
-            return None
-        energy = statistics.median(r["energy"] for r in runs)
-        return abs(energy - exact_energy) / abs(exact_energy) if exact_energy else energy / n_sites
+            return None, None
+        scale = abs(exact_energy) if exact_energy else n_sites
+        value = statistics.mean(abs(r["energy"] - exact_energy) / scale if exact_energy else r["energy"] / scale
+                                for r in runs)
+        return value, statistics.mean(r["energy_error"] / scale for r in runs)
 
     row = {"case": case, "exact": exact_energy}
     for side, runs in (("vmc", ours), ("nk", theirs)):
         row[side] = {k: med(runs, k) for k in ("s_per_iter", "compile_first", "peak_rss_mb")}
-        row[side]["accuracy"] = accuracy(runs)
+        row[side]["accuracy"], row[side]["accuracy_error"] = accuracy(runs)
         row[side]["all_s_per_iter"] = [r["s_per_iter"] for r in runs]
+        row[side]["all_energies"] = [(r["seed"], r["energy"], r["energy_error"]) for r in runs]
     row["ratio"] = row["vmc"]["s_per_iter"] / row["nk"]["s_per_iter"] if theirs else None
     return row
 
@@ -178,11 +186,13 @@ def render(rows, netket, args):
     lines = [
         "# Benchmarks: vmc-runner against NetKet, side by side",
         "",
-        f"Measured {datetime.date.today()} with `python bench/run.py --reps {args.reps}` on {os.cpu_count()} CPU cores "
+        f"Measured {datetime.date.today()} with `python bench/run.py --seeds {' '.join(map(str, args.seeds))}` on {os.cpu_count()} CPU cores "
         f"({cpu}), Python {platform.python_version()}, jax {jax.__version__}"
         + (", NetKet 3.23.0 (its own venv)" if netket else ", NetKet not installed") + ".",
-        "Each number is the median over the repetitions; runs alternate A B A B. Accuracy is the relative",
-        "error of the final energy (fresh samples) against exact diagonalisation, or E/N for tfim2d.",
+        "Times are medians over the runs (one per seed; runs alternate A B B A). Accuracy is the mean",
+        "over seeds of the relative error of the final energy (8 x n_samples fresh samples, both codes)",
+        "against exact diagonalisation, or of E/N for tfim2d (lower is better), with the mean",
+        "statistical error bar of one estimate after the ±.",
         "",
         "| case | vmc-runner s/iter | NetKet s/iter | ratio | compile + 1st iter (ours / NetKet) | accuracy (ours / NetKet) | peak RSS MB (ours / NetKet) |",
         "|---|---|---|---|---|---|---|",
@@ -193,11 +203,15 @@ def render(rows, netket, args):
         lines.append(
             f"| {r['case']} | {fmt(v['s_per_iter'], '.4f')} | {fmt(n['s_per_iter'], '.4f')} | {fmt(r['ratio'], '.2f')} | "
             f"{fmt(v['compile_first'], '.1f')} s / {fmt(n['compile_first'], '.1f')} s | "
-            f"{fmt(v['accuracy'], acc_fmt)} / {fmt(n['accuracy'], acc_fmt)} | "
+            f"{fmt(v['accuracy'], acc_fmt)} ± {fmt(v['accuracy_error'], '.1e')} / "
+            f"{fmt(n['accuracy'], acc_fmt)} ± {fmt(n['accuracy_error'], '.1e')} | "
             f"{fmt(v['peak_rss_mb'], '.0f')} / {fmt(n['peak_rss_mb'], '.0f')} |"
         )
     lines += ["", "Per-run s/iter: " + "; ".join(
         f"{r['case']}: ours {[round(x, 4) for x in r['vmc']['all_s_per_iter']]}, NetKet {[round(x, 4) for x in r['nk']['all_s_per_iter']]}"
+        for r in rows), "", "Per-run final energies (seed, E, error bar): " + "; ".join(
+        f"{r['case']}: ours {[(s, round(e, 6), round(d, 6)) for s, e, d in r['vmc']['all_energies']]}, "
+        f"NetKet {[(s, round(e, 6), round(d, 6)) for s, e, d in r['nk']['all_energies']]}"
         for r in rows), ""]
     return "\n".join(lines)
 
