@@ -8,9 +8,13 @@ as a `Jacobian` (the dense matrix on demand, parameters first: XLA's CPU matrix 
 about twice as fast with the contraction on the trailing axis of both operands; or products
 with vectors, O never formed) and the gradient mode, and return the update direction:
 
-- mode "real" (real parameters): force F = 2 Re(conj(Obar) eps), metric S = Re(conj(Obar) Obar^T);
-- mode "holomorphic" (complex parameters, holomorphic log psi): F = conj(Obar) eps = dE/dconj(z),
-  S = conj(Obar) Obar^T.
+- mode "real" (real parameters): gradient F = 2 Re(conj(Obar) eps) = dE/dtheta, metric
+  S = Re(conj(Obar) Obar^T);
+- mode "holomorphic" (complex parameters, holomorphic log psi): F = 2 conj(Obar) eps =
+  dE/dx + i dE/dy for z = x + i y (twice dE/dconj(z)), S = conj(Obar) Obar^T.
+
+The complex convention is NetKet's (3.23, `force_to_grad`): a complex parameter moves exactly
+as the pair of real parameters (x, y) would, so learning rates mean the same for both.
 
 SR returns (S + diag_shift I)^-1 F. minSR returns the same vector through the sample-space
 identity (A^H A + l)^-1 A^H = A^H (A A^H + l)^-1, cheaper with more parameters than samples.
@@ -79,8 +83,7 @@ def _hermitian_gram(A_PxS):
 
 def force(jac: Jacobian, eps_S, mode):
     """The energy gradient F in the convention of `mode` (see the module docstring)."""
-    F = jac.rmatvec(jac.to_samples(eps_S))
-    return 2.0 * F if mode == "real" else F
+    return 2.0 * jac.rmatvec(jac.to_samples(eps_S))
 
 
 def _solve_psd(M, rhs, solver):
@@ -151,7 +154,7 @@ def minsr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver):
         return 2.0 * (A @ _solve_psd(_shifted(A.T @ A, diag_shift), b, solver))
     # Sample-space matrix Obar^T conj(Obar) = conj(conj(Obar)^T Obar): a Gram of the transpose.
     T = jnp.conj(_hermitian_gram(Obar_PxS.T))
-    return jnp.conj(Obar_PxS) @ _solve_psd(_shifted(T, diag_shift), eps_S, solver)
+    return 2.0 * (jnp.conj(Obar_PxS) @ _solve_psd(_shifted(T, diag_shift), eps_S, solver))
 
 
 def none():

@@ -242,8 +242,9 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
     """Statistics of E_loc, the preconditioned gradient as a parameter pytree, and the flat
     solution (the next step's warm start).
 
-    Gradient convention: 2 Re<O* (E_loc - E)> for real parameters; dE/dconj(z) =
-    <O* (E_loc - E)> for complex ones (NetKet's conventions, so learning rates transfer).
+    Gradient convention (NetKet 3.23's, so learning rates transfer): dE/dtheta = 2 Re<O* (E_loc - E)>
+    for real parameters; dE/dx + i dE/dy = 2 <O* (E_loc - E)> for complex z = x + i y, so a
+    complex parameter moves exactly as the pair (x, y) of real ones would.
     """
     eloc_CxT = local_energies(problem, params, sigma_CxTxN)
     stats = statistics(eloc_CxT)
@@ -253,8 +254,8 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
     eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
     solution_P = problem.precondition(jac, eps_S, "real" if mode == "split" else mode, last_update)
     flat, unravel = ravel_pytree(params)
-    # In split coordinates the solution is (dE/dx, dE/dy); dE/dconj(z) = (dE/dx + i dE/dy) / 2.
-    update_P = 0.5 * from_split(solution_P) if mode == "split" else solution_P
+    # In split coordinates the solution is (dE/dx, dE/dy); the update is dE/dx + i dE/dy.
+    update_P = from_split(solution_P) if mode == "split" else solution_P
     return stats, unravel(update_P.astype(flat.dtype)), solution_P.astype(last_update.dtype)
 
 

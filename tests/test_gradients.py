@@ -71,14 +71,14 @@ def _exact_weighted(problem, params, states, mode):
 
 
 def _wirtinger_reference(energy, params):
-    """The gradient convention of the core: dE/dtheta for real, (dE/dx + i dE/dy)/2 for complex."""
+    """The gradient convention of the core: dE/dtheta for real, dE/dx + i dE/dy for complex."""
     flat, unravel = ravel_pytree(params)
     if not jnp.iscomplexobj(flat):
         return jax.grad(lambda v: energy(unravel(v)))(flat)
     n = flat.shape[0]
     split = jnp.concatenate([flat.real, flat.imag])
     g = jax.grad(lambda v: energy(unravel(v[:n] + 1j * v[n:])))(split)
-    return 0.5 * (g[:n] + 1j * g[n:])
+    return g[:n] + 1j * g[n:]
 
 
 def _problem(model, ham):
@@ -97,7 +97,7 @@ def test_gradient_matches_exact_derivative(model_name):
     F = precond.force(precond.from_dense(Obar.T, core_mode), eps, core_mode)
     if mode == "split":
         n = F.shape[0] // 2
-        F = 0.5 * (F[:n] + 1j * F[n:])
+        F = F[:n] + 1j * F[n:]
     expected = _wirtinger_reference(_exact_energy(model, states, H), params)
     np.testing.assert_allclose(np.asarray(F), np.asarray(expected), rtol=1e-7, atol=1e-9)
 
@@ -116,7 +116,7 @@ def test_sr_and_minsr_match_exact_solve(model_name, solver):
     if core_mode == "real":
         S, F = (Ob.conj().T @ Ob).real, 2 * (Ob.conj().T @ ep).real
     else:
-        S, F = Ob.conj().T @ Ob, Ob.conj().T @ ep
+        S, F = Ob.conj().T @ Ob, 2 * (Ob.conj().T @ ep)
     expected = np.linalg.solve(S + shift * np.eye(len(S)), F)
     jac = precond.from_dense(Obar.T, core_mode)
     sr = precond.sr(diag_shift=shift, solver=solver)(jac, eps, core_mode, jnp.zeros(len(S)))
@@ -139,7 +139,7 @@ def test_sr_holomorphic_equals_split_for_holomorphic_model():
     Obar_s, eps_s, _ = _exact_weighted(problem, params, states, "split")
     split = solve(precond.from_dense(Obar_s.T, "real"), eps_s, "real")
     n = split.shape[0] // 2
-    np.testing.assert_allclose(np.asarray(holo), np.asarray(0.5 * (split[:n] + 1j * split[n:])), rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(holo), np.asarray(split[:n] + 1j * split[n:]), rtol=1e-7, atol=1e-10)
 
 
 def test_cholesky_falls_back_on_singular_metric():
