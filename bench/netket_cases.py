@@ -221,6 +221,7 @@ def main(argv=None) -> int:
         "final_energy": e_final,
         "final_energy_error": e_err,
         "last_iter_energy": timer.energies[-1] if timer.energies else None,
+        "energies": timer.energies,
         "exact_energy": e_ref,
         "relative_error": (abs((e_final - e_ref) / e_ref) if e_ref is not None else None),
         "energy_per_site": e_final / N,

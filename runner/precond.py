@@ -33,8 +33,9 @@ from runner.errors import require_choice, require_int, require_number
 SOLVERS = ("auto", "cholesky", "eigh", "cg")
 # solver "auto": dense Cholesky up to this many parameters, conjugate gradients above. Dense
 # costs N_s P^2 (the Gram matrix) + P^3/3; CG about 100 iterations of 4 N_s P without forming
-# O. Measured (2-core CPU, 2048 samples): P = 1368 dense 75 ms, CG 25 ms; P = 440 with 1024
-# samples: dense 3 ms, CG 5 ms.
+# O. Measured whole VMC steps (2-core CPU): P = 440 real, 1024 samples: dense 7.7 ms, CG
+# 11.0 ms; P = 560 complex, 1024 samples: dense 33 ms, CG 26 ms; P = 1368 real, 2048
+# samples: dense 104 ms, CG 37 ms.
 AUTO_DENSE_MAX_PARAMS = 500
 
 
