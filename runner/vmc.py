@@ -217,8 +217,16 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
         return jax.lax.optimization_barrier(Obar_SxP.T)
 
     flat, f = _flat_logpsi(problem, params, mode)
-    logpsi_S, jvp = jax.linearize(lambda v: f(v, sigma_SxN), flat)
-    transpose = jax.linear_transpose(jvp, flat)
+    if mode != "split" and hasattr(type(problem.model), "jacobian_products"):
+        # The model's own products (in its parameter pytree), on flat vectors.
+        model_jvp, model_transpose = type(problem.model).jacobian_products(params, sigma_SxN)
+        _, unravel = ravel_pytree(params)
+        logpsi_S = jax.eval_shape(f, flat, sigma_SxN)
+        jvp = lambda v: model_jvp(unravel(v))  # noqa: E731
+        transpose = lambda c: (ravel_pytree(model_transpose(c))[0],)  # noqa: E731
+    else:
+        logpsi_S, jvp = jax.linearize(lambda v: f(v, sigma_SxN), flat)
+        transpose = jax.linear_transpose(jvp, flat)
     centre = lambda y: ((y - jnp.mean(y)) / jnp.sqrt(n_samples)).astype(logpsi_S.dtype)  # noqa: E731
     if mode == "holomorphic":
         # Obar^H w = conj(Obar^T conj(w)); the transpose of a holomorphic jvp is Obar^T.
