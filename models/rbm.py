@@ -44,13 +44,11 @@ class RBM(nn.Module):
         return self.local_state(self.local_tables(params), sigma_xN)
 
     def __call__(self, sigma_xN):
-        theta, visible = self.features(sigma_xN)
-        return sum_log_cosh(theta) + visible
+        return self.local_log_psi(self.features(sigma_xN))
 
     def log_abs(self, sigma_xN):
         """Re log psi, cheaper than the real part of __call__ for complex parameters."""
-        theta, visible = self.features(sigma_xN)
-        return sum_log_cosh_real_part(theta) + jnp.real(visible)
+        return self.local_log_abs(self.features(sigma_xN))
 
     # --- local updates: O(K M) per move of K spins instead of O(N M), for the Metropolis
     # sampler and the local energies; pure functions of the parameter dict ---------------

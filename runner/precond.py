@@ -54,16 +54,29 @@ class Jacobian(NamedTuple):
     to_samples: Callable
 
 
+def from_products(dense, apply, apply_T, out_dtype, n_samples, mode) -> Jacobian:
+    """A Jacobian from a linear map v_P -> Obar v [N_s] (`apply`, of dtype `out_dtype`) and its
+    linear transpose w -> Obar^T w (`apply_T`, no conjugation), in the conventions of `mode`."""
+    if mode == "holomorphic":
+        # Obar^H w = conj(Obar^T conj(w)).
+        return Jacobian(dense, apply, lambda w: jnp.conj(apply_T(jnp.conj(w))), lambda e: e)
+    if not jnp.issubdtype(out_dtype, jnp.complexfloating):
+        return Jacobian(dense, apply, lambda w: jnp.real(apply_T(w)), jnp.real)
+    # Real parameters, complex log psi: samples in real coordinates (Re; Im). For real v,
+    # Re(Obar^T (w_re - i w_im)) = Re(Obar)^T w_re + Im(Obar)^T w_im.
+    stack = lambda y: jnp.concatenate([jnp.real(y), jnp.imag(y)])  # noqa: E731
+    return Jacobian(
+        dense,
+        lambda v: stack(apply(v)),
+        lambda w: jnp.real(apply_T((w[:n_samples] - 1j * w[n_samples:]).astype(out_dtype))),
+        lambda e: stack(e.astype(out_dtype)),
+    )
+
+
 def from_dense(Obar_PxS, mode) -> Jacobian:
     """A Jacobian whose products use the given dense matrix (conventions as `Jacobian`)."""
-    dense = lambda: Obar_PxS  # noqa: E731
-    if mode == "holomorphic":
-        return Jacobian(dense, lambda v: Obar_PxS.T @ v, lambda w: jnp.conj(Obar_PxS) @ w, lambda e: e)
-    if not jnp.iscomplexobj(Obar_PxS):
-        return Jacobian(dense, lambda v: Obar_PxS.T @ v, lambda w: Obar_PxS @ w, jnp.real)
-    A, _ = _split_samples(Obar_PxS, jnp.zeros(Obar_PxS.shape[1]))
-    stack = lambda y: jnp.concatenate([jnp.real(y), jnp.imag(y)])  # noqa: E731
-    return Jacobian(dense, lambda v: A.T @ v, lambda w: A @ w, lambda e: stack(e.astype(Obar_PxS.dtype)))
+    return from_products(lambda: Obar_PxS, lambda v: Obar_PxS.T @ v, lambda w: Obar_PxS @ w,
+                         Obar_PxS.dtype, Obar_PxS.shape[1], mode)
 
 
 def _split_samples(Obar_PxS, eps_S):
@@ -135,7 +148,8 @@ def sr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver, tol=1e
     `x0` (the previous update) warm-starts the cg solver; the dense solvers ignore it.
     """
     if solver == "auto":
-        solver = "cholesky" if x0.shape[0] <= AUTO_DENSE_MAX_PARAMS else "cg"
+        n_params = jax.eval_shape(lambda e: force(jac, e, mode), eps_S).shape[0]
+        solver = "cholesky" if n_params <= AUTO_DENSE_MAX_PARAMS else "cg"
     if solver == "cg":
         return _cg_solve(jac, eps_S, mode, x0, diag_shift, tol, maxiter)
     Obar_PxS = jac.dense()
@@ -144,7 +158,8 @@ def sr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver, tol=1e
         S = A @ A.T
     else:
         S = _hermitian_gram(Obar_PxS)
-    return _solve_psd(_shifted(S, diag_shift), force(jac, eps_S, mode), solver)
+    # The force from the matrix just built, not from another pass over the samples.
+    return _solve_psd(_shifted(S, diag_shift), force(from_dense(Obar_PxS, mode), eps_S, mode), solver)
 
 
 def minsr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver):

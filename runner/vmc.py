@@ -15,7 +15,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from runner.operators import Hamiltonian, local_energy
-from runner.precond import Jacobian
+from runner.precond import Jacobian, from_products
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
 from runner.stats import statistics
 
@@ -170,15 +170,16 @@ def local_energies(problem: Problem, params, sigma_CxTxN):
 
 
 def _flat_logpsi(problem: Problem, params, mode):
-    """(theta, f) with f(theta, sigma_xN) = log psi, theta the flat parameters in the
-    coordinates of `mode` (real and imaginary parts side by side for "split")."""
+    """(theta, to_params, f) with f(theta, sigma_xN) = log psi, theta the flat parameters in
+    the coordinates of `mode` (real and imaginary parts side by side for "split") and
+    to_params mapping them back to the parameter pytree."""
     flat, unravel = ravel_pytree(params)
     if mode == "split":
         flat = to_split(flat)
         to_params = lambda v: unravel(from_split(v))  # noqa: E731
     else:
         to_params = unravel
-    return flat, lambda v, s: problem.logpsi(to_params(v), s)
+    return flat, to_params, lambda v, s: problem.logpsi(to_params(v), s)
 
 
 def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
@@ -188,7 +189,7 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     mode "holomorphic": complex theta, O = d log psi / dz;
     mode "split": complex theta of a non-holomorphic model, as the real vector (Re z, Im z).
     """
-    flat, f = _flat_logpsi(problem, params, mode)
+    flat, _, f = _flat_logpsi(problem, params, mode)
     if mode == "holomorphic":
         grad = jax.grad(f, holomorphic=True)
     elif jnp.iscomplexobj(jax.eval_shape(f, flat, sigma_CxTxN[0, 0])):
@@ -216,34 +217,21 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
         # follow and picks a layout about 2x slower on CPU.
         return jax.lax.optimization_barrier(Obar_SxP.T)
 
-    flat, f = _flat_logpsi(problem, params, mode)
+    flat, to_params, f = _flat_logpsi(problem, params, mode)
     if mode != "split" and hasattr(type(problem.model), "jacobian_products"):
         # The model's own products (in its parameter pytree), on flat vectors.
         model_jvp, model_transpose = type(problem.model).jacobian_products(params, sigma_SxN)
-        _, unravel = ravel_pytree(params)
-        logpsi_S = jax.eval_shape(f, flat, sigma_SxN)
-        jvp = lambda v: model_jvp(unravel(v))  # noqa: E731
-        transpose = lambda c: (ravel_pytree(model_transpose(c))[0],)  # noqa: E731
+        out_dtype = jax.eval_shape(f, flat, sigma_SxN).dtype
+        jvp = lambda v: model_jvp(to_params(v))  # noqa: E731
+        transpose = lambda c: ravel_pytree(model_transpose(c))[0]  # noqa: E731
     else:
         logpsi_S, jvp = jax.linearize(lambda v: f(v, sigma_SxN), flat)
-        transpose = jax.linear_transpose(jvp, flat)
-    centre = lambda y: ((y - jnp.mean(y)) / jnp.sqrt(n_samples)).astype(logpsi_S.dtype)  # noqa: E731
-    if mode == "holomorphic":
-        # Obar^H w = conj(Obar^T conj(w)); the transpose of a holomorphic jvp is Obar^T.
-        return Jacobian(dense, lambda v: centre(jvp(v)),
-                        lambda w: jnp.conj(transpose(jnp.conj(centre(w)))[0]), lambda e: e)
-    if not jnp.iscomplexobj(logpsi_S):
-        return Jacobian(dense, lambda v: centre(jvp(v)), lambda w: transpose(centre(w))[0], jnp.real)
-    # Real parameters, complex log psi: samples in real coordinates (Re; Im). For real v the
-    # transpose of the jvp maps a cotangent c to Re(c^T O), so c = w_re - i w_im gives
-    # Re(O)^T w_re + Im(O)^T w_im.
-    stack = lambda y: jnp.concatenate([jnp.real(y), jnp.imag(y)])  # noqa: E731
-    return Jacobian(
-        dense,
-        lambda v: stack(centre(jvp(v))),
-        lambda w: transpose(centre(w[:n_samples] - 1j * w[n_samples:]))[0],
-        lambda e: stack(e.astype(logpsi_S.dtype)),
-    )
+        out_dtype = logpsi_S.dtype
+        linear_transpose = jax.linear_transpose(jvp, flat)
+        transpose = lambda c: linear_transpose(c)[0]  # noqa: E731
+    centre = lambda y: ((y - jnp.mean(y)) / jnp.sqrt(n_samples)).astype(out_dtype)  # noqa: E731
+    return from_products(dense, lambda v: centre(jvp(v)), lambda w: transpose(centre(w)),
+                         out_dtype, n_samples, mode)
 
 
 def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
