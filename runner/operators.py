@@ -156,16 +156,15 @@ def connected(ham: Hamiltonian, sigma_N):
 
 
 def connected_moves(ham: Hamiltonian, sigma_N):
-    """The connected configurations as moves: (sites_Kx2, delta_Kx2), the spins each one
-    flips and their change (new - old; 0 pads a single flip)."""
-    k1 = len(ham.x_sites)
-    sites = np.concatenate([np.stack([ham.x_sites, ham.x_sites], axis=1), ham.xy_bonds]).astype(np.int32)
-    used = np.ones(sites.shape, np.int8)
-    used[:k1, 1] = 0
-    return jnp.asarray(sites), -2 * sigma_N[sites] * jnp.asarray(used, sigma_N.dtype)
+    """The connected configurations as moves, in the order of `connected`'s elements: a list
+    of (sites_KxJ, delta_KxJ) groups, the K moves of a group each flipping J spins (the
+    single flips of the field, then the pair flips of the exchange), delta = new - old = +-2.
+    Empty groups are left out."""
+    groups = [ham.x_sites[:, None], ham.xy_bonds]
+    return [(jnp.asarray(sites, jnp.int32), -2 * sigma_N[sites]) for sites in groups if len(sites)]
 
 
-def local_energy(ham: Hamiltonian, logpsi_fn, params, sigma_N, log_ratio_fn=None):
+def local_energy(ham: Hamiltonian, logpsi_fn, params, sigma_N, ratio_fn=None):
     """E_loc(s) = sum_s' <s|H|s'> psi(s') / psi(s) for one configuration.
 
     Args:
@@ -173,18 +172,18 @@ def local_energy(ham: Hamiltonian, logpsi_fn, params, sigma_N, log_ratio_fn=None
         logpsi_fn: (params, sigma_xN) -> log psi [...], batched over leading axes.
         params: model parameters.
         sigma_N: spins [N].
-        log_ratio_fn: optional (params, sigma_N, sites_Kx2, delta_Kx2) -> log psi(s'_k) -
-            log psi(s) from the moves of `connected_moves`, for models that update cheaply.
+        ratio_fn: optional (params, sigma_N, sites_KxJ, delta_KxJ) -> psi(s'_k) / psi(s) for
+            each group of moves of `connected_moves`, for models that update cheaply.
 
     Returns:
         A scalar, complex when log psi is complex.
     """
     sigmap_KxN, mel_K, diag = connected(ham, sigma_N)
-    if log_ratio_fn is None:
-        log_ratio_K = logpsi_fn(params, sigmap_KxN) - logpsi_fn(params, sigma_N)
+    if ratio_fn is None:
+        ratio_K = jnp.exp(logpsi_fn(params, sigmap_KxN) - logpsi_fn(params, sigma_N))
     else:
-        log_ratio_K = log_ratio_fn(params, sigma_N, *connected_moves(ham, sigma_N))
-    return diag + jnp.sum(mel_K * jnp.exp(log_ratio_K))
+        ratio_K = jnp.concatenate([ratio_fn(params, sigma_N, *move) for move in connected_moves(ham, sigma_N)])
+    return diag + jnp.sum(mel_K * ratio_K)
 
 
 def to_sparse(ham: Hamiltonian, states: np.ndarray):

@@ -94,20 +94,18 @@ def amplitude_of(model) -> Amplitude:
     )
 
 
-def log_ratio_of(model):
-    """(params, sigma_N, sites_Kx2, delta_Kx2) -> log psi(s'_k) - log psi(s) for the local
-    energy, by local updates; None for models without them (full evaluations)."""
-    if not _has_local_updates(model):
-        return None
+def ratio_of(model):
+    """(params, sigma_N, sites_KxJ, delta_KxJ) -> psi(s'_k) / psi(s) for the local energy,
+    from the model's `local_ratios`; None for models without them (full evaluations)."""
     cls = type(model)
+    if not (_has_local_updates(model) and hasattr(cls, "local_ratios")):
+        return None
 
-    def log_ratio(params, sigma_N, sites_Kx2, delta_Kx2):
+    def ratio(params, sigma_N, sites_KxJ, delta_KxJ):
         tables = cls.local_tables(params)
-        state = cls.local_state(tables, sigma_N)
-        moved = cls.local_update(tables, state, sites_Kx2, delta_Kx2)
-        return cls.local_log_psi(moved) - cls.local_log_psi(state)
+        return cls.local_ratios(tables, cls.local_state(tables, sigma_N), sites_KxJ, delta_KxJ)
 
-    return log_ratio
+    return ratio
 
 
 def gradient_mode(params, model) -> str:
@@ -165,7 +163,7 @@ def map_over_samples(fn, sigma_CxTxN, chunk_per_chain):
 def local_energies(problem: Problem, params, sigma_CxTxN):
     """E_loc for every sample, [C, T]."""
     e_loc = functools.partial(local_energy, problem.hamiltonian, problem.logpsi, params,
-                              log_ratio_fn=log_ratio_of(problem.model))
+                              ratio_fn=ratio_of(problem.model))
     return map_over_samples(jax.vmap(jax.vmap(e_loc)), sigma_CxTxN, problem.chunk_per_chain)
 
 

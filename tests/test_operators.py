@@ -9,7 +9,7 @@ from models import RBM
 from runner import hilbert as hb
 from runner import operators
 from runner.errors import ConfigError
-from runner.vmc import log_ratio_of
+from runner.vmc import ratio_of
 from tests.dense import basis_index, dense_heisenberg, dense_ising
 
 LATTICES = {
@@ -38,8 +38,9 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("param_dtype", [jnp.complex128, jnp.float64])
 @pytest.mark.parametrize("ham_name,lattice_name,sign_rule", CASES)
-def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule):
+def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule, param_dtype):
     lattice = LATTICES[lattice_name]()
     if ham_name == "ising":
         ham = operators.ising(lattice, J=0.8, h=1.3)
@@ -49,16 +50,16 @@ def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule):
         H = _reference("heisenberg", lattice, 1.1, 0.4, sign_rule)
     assert np.allclose(H, H.conj().T)
     states = hb.all_states(lattice)
-    model = RBM(alpha=1, param_dtype=jnp.complex128)
+    model = RBM(alpha=1, param_dtype=param_dtype)
     params = model.init(jax.random.PRNGKey(3), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: x * 30, params)  # far from uniform
     logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
     psi = np.zeros(2**lattice.n_sites, complex)
     psi[basis_index(states)] = np.exp(np.asarray(logpsi(params, jnp.asarray(states))))
     expected = (H @ psi)[basis_index(states)] / psi[basis_index(states)]
-    # Full evaluations of the connected configurations, and the RBM's feature updates.
-    for ratio in (None, log_ratio_of(model)):
-        e_loc = lambda s: operators.local_energy(ham, logpsi, params, s, log_ratio_fn=ratio)  # noqa: E731
+    # Full evaluations of the connected configurations, and the RBM's cosh-ratio tables.
+    for ratio in (None, ratio_of(model)):
+        e_loc = lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio)  # noqa: E731
         eloc = jax.jit(jax.vmap(e_loc))(jnp.asarray(states))
         np.testing.assert_allclose(np.asarray(eloc), expected, rtol=1e-10, atol=1e-10)
 
