@@ -39,6 +39,29 @@ SOLVERS = ("auto", "cholesky", "eigh", "cg")
 AUTO_DENSE_MAX_PARAMS = 500
 
 
+class Preconditioner(NamedTuple):
+    """A configured preconditioner, carrying a state from one VMC step to the next.
+
+    init: the flat parameters in solver coordinates (anything with .shape and .dtype) ->
+        the initial state (a pytree; () for the stateless ones);
+    update: (jac, eps_S, mode, state) -> (update direction, next state).
+    """
+
+    init: Callable
+    update: Callable
+
+    def __call__(self, jac, eps_S, mode, state=None):
+        """One solve (from the initial state unless one is given): the update direction."""
+        if state is None:
+            state = self.init(jax.eval_shape(lambda e: force(jac, e, mode), eps_S))
+        return self.update(jac, eps_S, mode, state)[0]
+
+
+def stateless(update) -> Preconditioner:
+    """A Preconditioner from (jac, eps_S, mode) -> direction."""
+    return Preconditioner(lambda flat: (), lambda jac, eps_S, mode, state: (update(jac, eps_S, mode), state))
+
+
 class Jacobian(NamedTuple):
     """Obar (see the module docstring) of one batch of samples.
 
@@ -125,33 +148,122 @@ def _shifted(M, diag_shift):
     return M + diag_shift * jnp.eye(M.shape[0], dtype=M.dtype)
 
 
-def identity_update(jac: Jacobian, eps_S, mode, x0=None):
+def identity_update(jac: Jacobian, eps_S, mode):
     """No preconditioning: the plain gradient."""
     return force(jac, eps_S, mode)
 
 
-def _cg_solve(jac: Jacobian, eps_S, mode, x0, diag_shift, tol, maxiter):
-    """SR by conjugate gradients on (S + diag_shift) x = F, warm-started from x0.
+# --- conjugate gradients, preconditioned by the previous steps' top eigenvectors ------------
+#
+# S changes little from one step to the next, and its few large eigenvalues are what makes CG
+# slow (diag_shift sets the small end). So every `recycle_every` steps, CG runs plain and
+# records its first 2r search directions p and their products A p (A = S + diag_shift); a
+# Rayleigh-Ritz step on that Krylov space gives r approximate top eigenpairs (U, theta), and
+# the following steps use the deflation preconditioner M^-1 = 1 + U diag(theta_r/theta - 1) U^H
+# (theta_r the smallest of the r), which maps those eigenvalues to theta_r. M^-1 is symmetric
+# positive definite for any orthonormal U, so a stale basis costs iterations, never
+# correctness: CG still stops at the same relative residual. Measured on the 6x6 Ising case
+# (P = 1368, 2048 samples, r = 48, every 20 steps): 127 -> 79 iterations per step on average,
+# the solve 26 -> 17 ms; 16-site complex Heisenberg (P = 560): 81 -> 51 iterations.
+
+
+class CGState(NamedTuple):
+    """What SR's conjugate gradients carry between steps."""
+
+    x0: jax.Array  # the previous solution (warm start) [P]
+    basis: jax.Array  # U [P, r]: approximate top eigenvectors of S + diag_shift, orthonormal
+    scale: jax.Array  # [r], in (-1, 0]: M^-1 = 1 + U diag(scale) U^H (0 where unused)
+    age: jax.Array  # int32: steps since the basis was refreshed
+
+
+def _dot(a, b):
+    return jnp.real(jnp.vdot(a, b))
+
+
+def _pcg(A, b, x0, basis, scale, tol, maxiter, n_record):
+    """Preconditioned CG on A x = b from x0, stopping at |r| <= tol |b| or after `maxiter`
+    iterations; also returns the first `n_record` search directions (normalised) and their
+    products with A, as [2, n_record, P] (zero rows where CG stopped earlier)."""
+    basis_H = jnp.conj(basis.T)
+    precondition = lambda v: v + basis @ (scale * (basis_H @ v))  # noqa: E731
+    r = b - A(x0)
+    z = precondition(r)
+    bound = tol**2 * _dot(b, b)
+    record = jnp.zeros((2, n_record, b.shape[0]), b.dtype)
+
+    def cond(carry):
+        _, r, _, _, k, _ = carry
+        return (_dot(r, r) > bound) & (k < maxiter)
+
+    def body(carry):
+        x, r, p, rz, k, record = carry
+        Ap = A(p)
+        alpha = rz / _dot(p, Ap)
+        if n_record:
+            i = jnp.minimum(k, n_record - 1)
+            row = jnp.stack([p, Ap]) / jnp.sqrt(_dot(p, p))
+            record = record.at[:, i].set(jnp.where(k < n_record, row, record[:, i]))
+        x, r = x + alpha * p, r - alpha * Ap
+        z = precondition(r)
+        rz_new = _dot(r, z)
+        return x, r, z + (rz_new / rz) * p, rz_new, k + 1, record
+
+    x, *_, record = jax.lax.while_loop(cond, body, (x0, r, z, _dot(r, z), 0, record))
+    return x, record
+
+
+def _ritz(record, rank):
+    """The `rank` largest Ritz pairs of A on the span of recorded directions (Rayleigh-Ritz
+    with the exact products, so CG's loss of orthogonality leaves no ghost copies), as the
+    deflation basis and scale of `CGState`."""
+    P_mxP, AP_mxP = record
+    gram = jnp.conj(P_mxP) @ P_mxP.T
+    proj = jnp.conj(P_mxP) @ AP_mxP.T
+    g, V = jnp.linalg.eigh((gram + jnp.conj(gram.T)) / 2)
+    keep = g > 1e-10 * g[-1]  # drops unrecorded rows and near-dependent directions
+    W = V * jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, g, 1.0)), 0.0)
+    theta, Y = jnp.linalg.eigh(jnp.conj(W.T) @ ((proj + jnp.conj(proj.T)) / 2) @ W)
+    theta, Y = theta[::-1][:rank], Y[:, ::-1][:, :rank]
+    valid = theta > 0
+    basis = jnp.where(valid, P_mxP.T @ (W @ Y), 0.0)
+    smallest = jnp.min(jnp.where(valid, theta, jnp.inf))
+    return basis, jnp.where(valid, smallest / jnp.where(valid, theta, 1.0) - 1.0, 0.0)
+
+
+def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxiter, recycle_every):
+    """SR by conjugate gradients on (S + diag_shift) x = F, warm-started from the previous
+    solution and deflated with the recycled basis (refreshed every `recycle_every` steps).
 
     S x = Obar^H (Obar x) from two products with the batch's derivatives of log psi: for an
     RBM each costs as much as a product with the dense O, and nothing of size N_s x P is
     built (neither O nor S).
     """
-    matvec = lambda x: jac.rmatvec(jac.matvec(x)) + diag_shift * x  # noqa: E731
+    A = lambda x: jac.rmatvec(jac.matvec(x)) + diag_shift * x  # noqa: E731
     F = force(jac, eps_S, mode)
-    return jax.scipy.sparse.linalg.cg(matvec, F, x0=x0, tol=tol, maxiter=maxiter)[0]
+    rank = state.basis.shape[1]
+    refresh = state.age % recycle_every == 0
+    scale = jnp.where(refresh, 0.0, state.scale)  # refresh steps run plain CG
+    x, record = _pcg(A, F, state.x0, state.basis, scale, tol, maxiter, 2 * rank)
+    if rank:
+        basis, scale = jax.lax.cond(refresh, lambda: _ritz(record, rank), lambda: (state.basis, state.scale))
+    return x, CGState(x, basis if rank else state.basis, scale if rank else state.scale, state.age + 1)
 
 
-def sr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver, tol=1e-5, maxiter=None):
+def _resolve(solver, n_params):
+    if solver == "auto":
+        return "cholesky" if n_params <= AUTO_DENSE_MAX_PARAMS else "cg"
+    return solver
+
+
+def sr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, tol=1e-5, maxiter=1000,
+              recycle_every=20):
     """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F.
 
-    `x0` (the previous update) warm-starts the cg solver; the dense solvers ignore it.
+    The cg solver carries a `CGState`; the dense solvers carry nothing.
     """
-    if solver == "auto":
-        n_params = jax.eval_shape(lambda e: force(jac, e, mode), eps_S).shape[0]
-        solver = "cholesky" if n_params <= AUTO_DENSE_MAX_PARAMS else "cg"
-    if solver == "cg":
-        return _cg_solve(jac, eps_S, mode, x0, diag_shift, tol, maxiter)
+    n_params = jax.eval_shape(lambda e: force(jac, e, mode), eps_S).shape[0]
+    if _resolve(solver, n_params) == "cg":
+        return _cg_solve(jac, eps_S, mode, state, diag_shift, tol, maxiter, recycle_every)
     Obar_PxS = jac.dense()
     if mode == "real":
         A, _ = _split_samples(Obar_PxS, eps_S)
@@ -159,10 +271,11 @@ def sr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver, tol=1e
     else:
         S = _hermitian_gram(Obar_PxS)
     # The force from the matrix just built, not from another pass over the samples.
-    return _solve_psd(_shifted(S, diag_shift), force(from_dense(Obar_PxS, mode), eps_S, mode), solver)
+    x = _solve_psd(_shifted(S, diag_shift), force(from_dense(Obar_PxS, mode), eps_S, mode), solver)
+    return x, state
 
 
-def minsr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver):
+def minsr_update(jac: Jacobian, eps_S, mode, *, diag_shift, solver):
     """minSR: the SR solution computed in sample space, x = A^H (A A^H + diag_shift)^-1 b."""
     Obar_PxS = jac.dense()
     if mode == "real":
@@ -173,27 +286,41 @@ def minsr_update(jac: Jacobian, eps_S, mode, x0=None, *, diag_shift, solver):
     return 2.0 * (jnp.conj(Obar_PxS) @ _solve_psd(_shifted(T, diag_shift), eps_S, solver))
 
 
-def none():
+def none() -> Preconditioner:
     """No preconditioner (plain gradient descent with the chosen optimizer)."""
-    return identity_update
+    return stateless(identity_update)
 
 
-def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float = 1e-5, cg_maxiter: int = 1000):
+def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float = 1e-5, cg_maxiter: int = 1000,
+       cg_recycle_rank: int = 48, cg_recycle_every: int = 20) -> Preconditioner:
     """SR. `solver`: cholesky (dense, with an eigh fallback), eigh (dense), cg (conjugate
     gradients on products with the log-derivatives, warm-started from the previous update,
-    stopping at a relative residual `cg_tol` or after `cg_maxiter` iterations; cheaper for
-    many parameters and never forms O), or auto (cholesky up to AUTO_DENSE_MAX_PARAMS
-    parameters, cg above)."""
+    stopping at a relative residual `cg_tol` or after `cg_maxiter` iterations, preconditioned
+    with `cg_recycle_rank` approximate top eigenvectors of S refreshed every `cg_recycle_every`
+    steps (rank 0: plain CG); cheaper for many parameters and never forms O), or auto
+    (cholesky up to AUTO_DENSE_MAX_PARAMS parameters, cg above)."""
     require_number("diag_shift", diag_shift, nonnegative=True)
     require_choice("solver", solver, SOLVERS)
     require_number("cg_tol", cg_tol, positive=True)
     require_int("cg_maxiter", cg_maxiter, minimum=1)
-    return functools.partial(sr_update, diag_shift=float(diag_shift), solver=solver,
-                             tol=float(cg_tol), maxiter=cg_maxiter)
+    require_int("cg_recycle_rank", cg_recycle_rank, minimum=0)
+    require_int("cg_recycle_every", cg_recycle_every, minimum=1)
+
+    def init(flat):
+        n_params = flat.shape[0]
+        if _resolve(solver, n_params) != "cg":
+            return ()
+        rank = min(cg_recycle_rank, n_params // 2)
+        return CGState(jnp.zeros(n_params, flat.dtype), jnp.zeros((n_params, rank), flat.dtype),
+                       jnp.zeros(rank, jnp.finfo(flat.dtype).dtype), jnp.zeros((), jnp.int32))
+
+    return Preconditioner(init, functools.partial(
+        sr_update, diag_shift=float(diag_shift), solver=solver, tol=float(cg_tol), maxiter=cg_maxiter,
+        recycle_every=cg_recycle_every))
 
 
-def minsr(diag_shift: float = 0.01, solver: str = "cholesky"):
+def minsr(diag_shift: float = 0.01, solver: str = "cholesky") -> Preconditioner:
     """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh."""
     require_number("diag_shift", diag_shift, nonnegative=True)
     require_choice("solver", solver, ("cholesky", "eigh"))
-    return functools.partial(minsr_update, diag_shift=float(diag_shift), solver=solver)
+    return stateless(functools.partial(minsr_update, diag_shift=float(diag_shift), solver=solver))

@@ -7,7 +7,7 @@ array, so the partitioner inserts the cross-device reduction and no backend has 
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +15,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from runner.operators import Hamiltonian, local_energy
-from runner.precond import Jacobian, from_products
+from runner.precond import Jacobian, Preconditioner, from_products
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
 from runner.stats import statistics
 
@@ -27,7 +27,7 @@ class VMCState(NamedTuple):
     opt_state: Any
     chains: ChainState
     step: jax.Array  # int32 scalar, number of completed VMC steps
-    last_update: jax.Array  # the preconditioner's previous solution (warm start), flat
+    solver: Any  # the preconditioner's state (CG: warm start and deflation basis)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Problem:
         model: Flax module mapping spins [..., N] -> log psi [...].
         sampler: a sampler from `runner.sampler`.
         optimizer: an optax GradientTransformation.
-        precondition: (Obar_PxS, eps_S, mode) -> update, from `runner.precond`.
+        precondition: a `runner.precond.Preconditioner`.
         chunk_size: evaluate local energies and log-derivatives on at most this many
             samples at a time (a multiple of n_chains), or None for all at once.
     """
@@ -48,7 +48,7 @@ class Problem:
     model: Any
     sampler: Any
     optimizer: optax.GradientTransformation
-    precondition: Callable
+    precondition: Preconditioner
     chunk_size: int | None = None
 
     def logpsi(self, params, sigma_xN):
@@ -140,7 +140,7 @@ def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
         opt_state=problem.optimizer.init(params),
         chains=init_chains(problem.sampler, seed),
         step=jnp.zeros((), jnp.int32),
-        last_update=jnp.zeros_like(flat),
+        solver=problem.precondition.init(flat),
     )
 
 
@@ -232,9 +232,9 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
                          out_dtype, n_samples, mode)
 
 
-def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
-    """Statistics of E_loc, the preconditioned gradient as a parameter pytree, and the flat
-    solution (the next step's warm start).
+def energy_and_update(problem: Problem, params, sigma_CxTxN, solver):
+    """Statistics of E_loc, the preconditioned gradient as a parameter pytree, and the
+    preconditioner's next state (`solver`: its state from the previous step).
 
     Gradient convention (NetKet 3.23's, so learning rates transfer): dE/dtheta = 2 Re<O* (E_loc - E)>
     for real parameters; dE/dx + i dE/dy = 2 <O* (E_loc - E)> for complex z = x + i y, so a
@@ -246,11 +246,11 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, last_update):
     jac = jacobian(problem, params, sigma_CxTxN, mode)
     n_samples = eloc_CxT.size
     eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
-    solution_P = problem.precondition(jac, eps_S, "real" if mode == "split" else mode, last_update)
+    solution_P, solver = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver)
     flat, unravel = ravel_pytree(params)
     # In split coordinates the solution is (dE/dx, dE/dy); the update is dE/dx + i dE/dy.
     update_P = from_split(solution_P) if mode == "split" else solution_P
-    return stats, unravel(update_P.astype(flat.dtype)), solution_P.astype(last_update.dtype)
+    return stats, unravel(update_P.astype(flat.dtype)), solver
 
 
 def vmc_step(problem: Problem, state: VMCState):
@@ -263,10 +263,10 @@ def vmc_step(problem: Problem, state: VMCState):
     chains, sigma_CxTxN, acceptance = sample(
         problem.sampler, problem.amplitude, state.params, state.chains
     )
-    stats, grads, solution = energy_and_update(problem, state.params, sigma_CxTxN, state.last_update)
+    stats, grads, solver = energy_and_update(problem, state.params, sigma_CxTxN, state.solver)
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = VMCState(params, opt_state, chains, state.step + 1, solution)
+    new_state = VMCState(params, opt_state, chains, state.step + 1, solver)
     return new_state, _metrics(stats, acceptance)
 
 

@@ -119,14 +119,15 @@ def test_sr_and_minsr_match_exact_solve(model_name, solver):
         S, F = Ob.conj().T @ Ob, 2 * (Ob.conj().T @ ep)
     expected = np.linalg.solve(S + shift * np.eye(len(S)), F)
     jac = precond.from_dense(Obar.T, core_mode)
-    sr = precond.sr(diag_shift=shift, solver=solver)(jac, eps, core_mode, jnp.zeros(len(S)))
+    sr = precond.sr(diag_shift=shift, solver=solver)(jac, eps, core_mode)
     minsr = precond.minsr(diag_shift=shift, solver=solver)(jac, eps, core_mode)
     np.testing.assert_allclose(np.asarray(sr), expected, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(np.asarray(minsr), expected, rtol=1e-6, atol=1e-8)
     cg = precond.sr(diag_shift=shift, solver="cg", cg_tol=1e-12, cg_maxiter=2000)
-    np.testing.assert_allclose(np.asarray(cg(jac, eps, core_mode, jnp.zeros_like(sr))), expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(cg(jac, eps, core_mode)), expected, rtol=1e-6, atol=1e-8)
     # A warm start at the answer stays there.
-    np.testing.assert_allclose(np.asarray(cg(jac, eps, core_mode, jnp.asarray(expected, sr.dtype))), expected, rtol=1e-8, atol=1e-10)
+    warm = cg.init(sr)._replace(x0=jnp.asarray(expected, sr.dtype))
+    np.testing.assert_allclose(np.asarray(cg(jac, eps, core_mode, warm)), expected, rtol=1e-8, atol=1e-10)
 
 
 def test_sr_holomorphic_equals_split_for_holomorphic_model():
@@ -170,6 +171,73 @@ def test_jacobian_products_equal_the_dense_matrix(model_name):
     for a, b in [(lazy.matvec(v), dense.matvec(v)), (lazy.rmatvec(w), dense.rmatvec(w)),
                  (precond.force(lazy, eps, core_mode), precond.force(dense, eps, core_mode))]:
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
-    dense_sr = precond.sr(diag_shift=0.01, solver="cholesky")(lazy, eps, core_mode, jnp.zeros(P, v.dtype))
-    cg_sr = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12)(lazy, eps, core_mode, jnp.zeros(P, v.dtype))
+    dense_sr = precond.sr(diag_shift=0.01, solver="cholesky")(lazy, eps, core_mode)
+    cg_sr = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12)(lazy, eps, core_mode)
     np.testing.assert_allclose(np.asarray(cg_sr), np.asarray(dense_sr), rtol=1e-8, atol=1e-10)
+
+
+def _random_jacobian(seed, n_params, n_samples, mode):
+    """A dense Obar with a spread spectrum (a few large directions, like real log-derivatives)."""
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
+    weights = jnp.geomspace(3.0, 0.01, n_params)
+    Obar = jax.random.normal(k1, (n_params, n_samples)) * weights[:, None]
+    eps = jax.random.normal(k2, (n_samples,))
+    if mode == "holomorphic":
+        Obar = Obar + 1j * jax.random.normal(k3, (n_params, n_samples)) * weights[:, None]
+        eps = eps * (1 + 0.3j)
+    return Obar / jnp.sqrt(n_samples), eps / jnp.sqrt(n_samples)
+
+
+@pytest.mark.parametrize("mode", ["real", "holomorphic"])
+def test_ritz_basis_from_cg_finds_the_top_eigenpairs(mode):
+    Obar, eps = _random_jacobian(0, 60, 200, mode)
+    jac = precond.from_dense(Obar, mode)
+    shift = 0.01
+    A_dense = np.asarray(jnp.conj(Obar) @ Obar.T) + shift * np.eye(60)
+    if mode == "real":
+        A_dense = A_dense.real
+    A = lambda x: jac.rmatvec(jac.matvec(x)) + shift * x  # noqa: E731
+    F = precond.force(jac, eps, mode)
+    zeros = jnp.zeros((60, 0), F.dtype)
+    _, record = precond._pcg(A, F, jnp.zeros_like(F), zeros, jnp.zeros(0), 1e-12, 1000, 24)
+    basis, scale = precond._ritz(record, 6)
+    w, V = np.linalg.eigh(A_dense)
+    U = np.asarray(basis)
+    np.testing.assert_allclose(U.conj().T @ U, np.eye(6), atol=1e-8)  # orthonormal
+    # The top pairs are converged: Rayleigh quotients and overlaps with the exact eigenvectors.
+    ritz = np.real(np.einsum("pi,pq,qi->i", U.conj(), A_dense, U))
+    np.testing.assert_allclose(ritz[:3], w[::-1][:3], rtol=1e-8)
+    np.testing.assert_allclose(np.abs(np.sum(U[:, :3].conj() * V[:, ::-1][:, :3], axis=0)), 1.0, atol=1e-6)
+    # scale maps each Ritz value to the smallest of the six: 1 + scale = theta_6 / theta.
+    np.testing.assert_allclose(np.asarray(1 + scale), ritz[-1] / ritz, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["real", "holomorphic"])
+def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
+    """CG deflated with a basis from earlier (different) matrices still solves each step
+    exactly: the preconditioner is positive definite whatever its basis."""
+    cg = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12, cg_maxiter=2000, cg_recycle_rank=8,
+                    cg_recycle_every=3)
+    dense = precond.sr(diag_shift=0.01, solver="cholesky")
+    Obar0, _ = _random_jacobian(1, 80, 300, mode)
+    update = jax.jit(lambda Obar, eps, state: cg.update(precond.from_dense(Obar, mode), eps, mode, state))
+    state = cg.init(jnp.zeros(80, Obar0.dtype))
+    for step in range(7):
+        drift, eps = _random_jacobian(10 + step, 80, 300, mode)
+        Obar = Obar0 + 0.2 * drift
+        x, state = update(Obar, eps, state)
+        expected = dense(precond.from_dense(Obar, mode), eps, mode)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(expected), rtol=1e-8, atol=1e-10)
+        assert int(state.age) == step + 1
+        assert np.all(np.asarray(state.scale) <= 0) and np.any(np.asarray(state.scale) < 0)
+
+
+def test_cg_with_an_arbitrary_basis_still_converges():
+    Obar, eps = _random_jacobian(2, 50, 120, "real")
+    jac = precond.from_dense(Obar, "real")
+    cg = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12, cg_maxiter=2000, cg_recycle_rank=5,
+                    cg_recycle_every=100)
+    junk, _ = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(5), (50, 5)))
+    state = cg.init(eps[:50])._replace(basis=junk, scale=jnp.full(5, -0.999), age=jnp.ones((), jnp.int32))
+    expected = precond.sr(diag_shift=0.01, solver="cholesky")(jac, eps, "real")
+    np.testing.assert_allclose(np.asarray(cg(jac, eps, "real", state)), np.asarray(expected), rtol=1e-8, atol=1e-10)

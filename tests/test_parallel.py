@@ -147,7 +147,7 @@ def test_energy_gradient_and_update_on_sharded_samples(name):
 
     _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
     layout = parallel.make_mesh("sharded")
-    f = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.last_update)[:2])
+    f = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
     stats_1, grads_1 = f(state.params, sigma_CxTxN)
     sharded = jax.device_put(sigma_CxTxN, layout.chains)
     stats_4, grads_4 = f(jax.device_put(state.params, layout.replicated), sharded)
