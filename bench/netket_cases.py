@@ -198,6 +198,7 @@ def main(argv=None) -> int:
     vs.reset()
     final = vs.expect(spec["H"])
     e_final = float(np.real(final.mean))
+    variance_final = float(np.real(final.variance))
     e_err = float(np.real(final.error_of_mean))
 
     e_ref = reference_energy(args.case, spec, args.recompute_exact)
@@ -220,6 +221,7 @@ def main(argv=None) -> int:
         "run_wall_s": run_s,
         "final_energy": e_final,
         "final_energy_error": e_err,
+        "final_variance": variance_final,
         "last_iter_energy": timer.energies[-1] if timer.energies else None,
         "energies": timer.energies,
         "exact_energy": e_ref,

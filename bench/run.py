@@ -173,7 +173,18 @@ def summarise(case, ours, theirs, exact_energy, n_sites):
         row[side]["all_s_per_iter"] = [r["s_per_iter"] for r in runs]
         row[side]["all_energies"] = [(r["seed"], r["energy"], r["energy_error"]) for r in runs]
     row["ratio"] = row["vmc"]["s_per_iter"] / row["nk"]["s_per_iter"] if theirs else None
+    row["paired"] = paired_difference(ours, theirs)
     return row
+
+
+def paired_difference(ours, theirs):
+    """Mean over seeds of E_ours - E_NetKet (same seed) and the standard error of that mean
+    from the seed-to-seed spread, or None with fewer than two common seeds."""
+    theirs_by_seed = {r["seed"]: r["energy"] for r in theirs}
+    diffs = [r["energy"] - theirs_by_seed[r["seed"]] for r in ours if r["seed"] in theirs_by_seed]
+    if len(diffs) < 2:
+        return None
+    return statistics.mean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5, len(diffs)
 
 
 def render(rows, netket, args):
@@ -213,6 +224,10 @@ def render(rows, netket, args):
         f"{r['case']}: ours {[(s, round(e, 6), round(d, 6)) for s, e, d in r['vmc']['all_energies']]}, "
         f"NetKet {[(s, round(e, 6), round(d, 6)) for s, e, d in r['nk']['all_energies']]}"
         for r in rows), ""]
+    paired = [f"{r['case']} {r['paired'][0]:+.4f} ± {r['paired'][1]:.4f} ({r['paired'][2]} seeds)" for r in rows if r["paired"]]
+    if paired:
+        lines += ["Final energy, ours − NetKet at the same seed (mean ± standard error over seeds; negative: "
+                  "ours lower): " + "; ".join(paired), ""]
     return "\n".join(lines)
 
 

@@ -65,29 +65,17 @@ class Problem:
         return max(1, self.chunk_size // self.sampler.n_chains)
 
 
-LOCAL_UPDATE_METHODS = ("local_tables", "local_state", "local_update", "local_log_abs", "local_log_psi")
-
-
-def _has_local_updates(model) -> bool:
-    """Whether the model's class updates its state in O(K M) for K changed spins (the RBM)."""
-    return all(hasattr(type(model), m) for m in LOCAL_UPDATE_METHODS)
-
-
 def amplitude_of(model) -> Amplitude:
-    """What the sampler evaluates for a model: local updates for models that have them, else
-    a plain log |psi| (the model's `log_abs` method when it has one)."""
+    """What the sampler evaluates for a model: its own cached updates when its class has them
+    (`sampler_init`, `sampler_update`: the RBM's, O(K M) per move of K spins), else a plain
+    log |psi| (the model's `log_abs` method when it has one)."""
     cls = type(model)
-    if _has_local_updates(model):
-
-        def init(tables, sigma_xN):
-            state = cls.local_state(tables, sigma_xN)
-            return cls.local_log_abs(state), state
-
-        def update(tables, state, proposed_xN, sites_xK, delta_xK):
-            state = cls.local_update(tables, state, sites_xK, delta_xK)
-            return cls.local_log_abs(state), state
-
-        return Amplitude(cls.local_tables, init, update)
+    if hasattr(cls, "sampler_update"):
+        return Amplitude(
+            cls.local_tables,
+            cls.sampler_init,
+            lambda tables, cache, proposed_xN, sites_xK, delta_xK: cls.sampler_update(tables, cache, sites_xK, delta_xK),
+        )
     method = "log_abs" if hasattr(cls, "log_abs") else "__call__"
     return plain_amplitude(
         lambda params, sigma: jnp.real(model.apply({"params": params}, sigma, method=method))
@@ -98,7 +86,7 @@ def ratio_of(model):
     """(params, sigma_N, sites_KxJ, delta_KxJ) -> psi(s'_k) / psi(s) for the local energy,
     from the model's `local_ratios`; None for models without them (full evaluations)."""
     cls = type(model)
-    if not (_has_local_updates(model) and hasattr(cls, "local_ratios")):
+    if not hasattr(cls, "local_ratios"):
         return None
 
     def ratio(params, sigma_N, sites_KxJ, delta_KxJ):
