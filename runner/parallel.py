@@ -76,8 +76,7 @@ def detect_cluster(env=None) -> dict | None:
     gpus = _visible_gpus(env)
     extra = {"local_device_ids": gpus} if gpus else {}
     if "SUBMITIT_LOCAL_JOB_ID" in env and "SUBMITIT_LOCAL_NTASKS" in env:
-        job = env["SUBMITIT_LOCAL_JOB_ID"]
-        port = 20000 + int(hashlib.sha1(job.encode()).hexdigest(), 16) % 20000
+        port = submitit_local_port(env["SUBMITIT_LOCAL_JOB_ID"])
         return {
             "launcher": "submitit_local",
             "coordinator_address": f"127.0.0.1:{port}",
@@ -90,6 +89,17 @@ def detect_cluster(env=None) -> dict | None:
     if "OMPI_COMM_WORLD_SIZE" in env and "OMPI_COMM_WORLD_RANK" in env:
         return {"launcher": "openmpi", **extra}
     return None
+
+
+# The coordinator port of a submitit local job: every task derives the same one from the job
+# id, below Linux's ephemeral range (32768-60999), where an outgoing connection may already
+# hold it (seen in CI: "Failed to add port to server" on process 0, process 1 waiting).
+LOCAL_PORT_RANGE = (20000, 32000)
+
+
+def submitit_local_port(job_id: str) -> int:
+    low, high = LOCAL_PORT_RANGE
+    return low + int(hashlib.sha1(job_id.encode()).hexdigest(), 16) % (high - low)
 
 
 def coordinator_host(parallel: dict, env=None) -> str | None:

@@ -192,6 +192,9 @@ def test_detect_cluster_from_environment():
                                      "SUBMITIT_LOCAL_GLOBALID": "2"})
     assert found["num_processes"] == 3 and found["process_id"] == 2
     assert found["coordinator_address"].startswith("127.0.0.1:")
+    # Ports below the ephemeral range, where no outgoing connection can hold them.
+    ports = {parallel.submitit_local_port(str(job)) for job in range(2000)}
+    assert min(ports) >= 20000 and max(ports) < 32768 and len(ports) > 1500
     slurm = {"SLURM_JOB_ID": "5", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "0",
              "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     assert parallel.detect_cluster(slurm) == {"launcher": "slurm", "local_device_ids": [0, 1, 2, 3]}
