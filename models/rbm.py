@@ -55,11 +55,14 @@ class RBM(nn.Module):
 
     @staticmethod
     def local_tables(params):
-        """The parameters the updates read (the visible bias is zero when unused)."""
+        """The parameters the updates read (the visible bias is zero when unused), and the
+        cosh(2 W), sinh(2 W) tables of `local_flip`: built once per batch or sampling call,
+        outside the Markov loop (unused ones cost nothing: XLA drops them)."""
         kernel = params["kernel"]
         zeros = jnp.zeros(kernel.shape[0], kernel.dtype)
         return {"kernel": kernel, "hidden_bias": params["hidden_bias"],
-                "visible_bias": params.get("visible_bias", zeros)}
+                "visible_bias": params.get("visible_bias", zeros),
+                "cosh_2w": jnp.cosh(2 * kernel), "sinh_2w": jnp.sinh(2 * kernel)}
 
     @staticmethod
     def local_state(tables, sigma_xN):
@@ -89,16 +92,15 @@ class RBM(nn.Module):
 
         The move shifts theta by D = sum_J delta W[site]; cosh(theta + D) / cosh(theta) =
         cosh D + t sinh D, and tanh(theta + D) = (t cosh D + sinh D) / (cosh D + t sinh D),
-        with cosh D, sinh D composed from the tables cosh(2 W), sinh(2 W) by the addition
-        theorems (the tables depend on the parameters only: built once per batch).
+        with cosh D, sinh D composed from the tables cosh(2 W), sinh(2 W) of `local_tables` by
+        the addition theorems.
 
         Returns:
             (product of the M cosh ratios [...], the visible exponent sum delta a [...],
             tanh(theta) after the move [..., M]); psi'/psi = exp(exponent) * product.
         """
-        dtype = tables["kernel"].dtype
-        u = (delta_xJ // 2).astype(jnp.finfo(dtype).dtype)  # +-1, 0 for an unchanged spin
-        cosh_2w, sinh_2w = jnp.cosh(2 * tables["kernel"]), jnp.sinh(2 * tables["kernel"])
+        u = (delta_xJ // 2).astype(jnp.finfo(tables["kernel"].dtype).dtype)  # +-1, 0 if unchanged
+        cosh_2w, sinh_2w = tables["cosh_2w"], tables["sinh_2w"]
         c = s = None
         for j in range(sites_xJ.shape[-1]):
             u_j = u[..., j : j + 1]
