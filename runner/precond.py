@@ -242,27 +242,22 @@ def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxit
     F = force(jac, eps_S, mode)
     rank = state.basis.shape[1]
     refresh = state.age % recycle_every == 0
-    scale = jnp.where(refresh, 0.0, state.scale)  # refresh steps run plain CG
-    x, record = _pcg(A, F, state.x0, state.basis, scale, tol, maxiter, 2 * rank)
+    plain_on_refresh = jnp.where(refresh, 0.0, state.scale)
+    x, record = _pcg(A, F, state.x0, state.basis, plain_on_refresh, tol, maxiter, 2 * rank)
+    basis, scale = state.basis, state.scale
     if rank:
-        basis, scale = jax.lax.cond(refresh, lambda: _ritz(record, rank), lambda: (state.basis, state.scale))
-    return x, CGState(x, basis if rank else state.basis, scale if rank else state.scale, state.age + 1)
-
-
-def _resolve(solver, n_params):
-    if solver == "auto":
-        return "cholesky" if n_params <= AUTO_DENSE_MAX_PARAMS else "cg"
-    return solver
+        basis, scale = jax.lax.cond(refresh, lambda: _ritz(record, rank), lambda: (basis, scale))
+    return x, CGState(x, basis, scale, state.age + 1)
 
 
 def sr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, tol=1e-5, maxiter=1000,
               recycle_every=20):
     """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F.
 
-    The cg solver carries a `CGState`; the dense solvers carry nothing.
+    The cg solver carries a `CGState` (`sr`'s init decides, resolving "auto" from the number
+    of parameters); the dense solvers carry nothing.
     """
-    n_params = jax.eval_shape(lambda e: force(jac, e, mode), eps_S).shape[0]
-    if _resolve(solver, n_params) == "cg":
+    if isinstance(state, CGState):
         return _cg_solve(jac, eps_S, mode, state, diag_shift, tol, maxiter, recycle_every)
     Obar_PxS = jac.dense()
     if mode == "real":
@@ -308,7 +303,8 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float = 1e-5, cg_
 
     def init(flat):
         n_params = flat.shape[0]
-        if _resolve(solver, n_params) != "cg":
+        dense = solver != "cg" and not (solver == "auto" and n_params > AUTO_DENSE_MAX_PARAMS)
+        if dense:
             return ()
         rank = min(cg_recycle_rank, n_params // 2)
         return CGState(jnp.zeros(n_params, flat.dtype), jnp.zeros((n_params, rank), flat.dtype),
