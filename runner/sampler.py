@@ -24,22 +24,66 @@ class ChainState(NamedTuple):
     key_C: jax.Array  # uint32 [C, 2], one key per chain
 
 
-# --- proposal rules: (sigma_N, move index) -> (sites_K, new values_K) ---------------------
+# --- proposal rules -----------------------------------------------------------------------
 
 
-def flip_site(sigma_N, move):
-    """Local rule: flip the spin on site `move`."""
-    sites = jnp.reshape(move, (1,))
-    return sites, -sigma_N[sites]
+class Rule(NamedTuple):
+    """A Metropolis-Hastings proposal for one chain.
 
-
-def swap_bond(sigma_N, move, *, bonds):
-    """Exchange rule: swap the two spins of `bonds[move]` (a no-op when they are equal).
-
-    Swapping keeps the number of up spins, so the rule preserves `total_sz`.
+    draw: (key, n) -> the random inputs of n proposals, drawn up front (cheaper than in the loop);
+    propose: (sigma_N, x) -> (sites_K, values_K, log_q): the move sigma[sites] = values and
+        log q(new -> old) - log q(old -> new), the Hastings correction (0 for a symmetric rule).
     """
-    sites = jnp.asarray(bonds)[move]
-    return sites, sigma_N[sites[::-1]]
+
+    draw: Callable
+    propose: Callable
+
+
+def flip_site(sigma_N, site):
+    """Local rule: flip the spin on `site` (symmetric)."""
+    sites = jnp.reshape(site, (1,))
+    return sites, -sigma_N[sites], jnp.zeros(())
+
+
+def local_rule(n_sites: int) -> Rule:
+    """Flip one site drawn uniformly."""
+    return Rule(
+        draw=lambda key, n: jax.random.randint(key, (n,), 0, n_sites, dtype=jnp.int32),
+        propose=flip_site,
+    )
+
+
+def _n_hoppable(sigma_N, bonds):
+    return jnp.sum(sigma_N[bonds[:, 0]] != sigma_N[bonds[:, 1]], dtype=jnp.int32)
+
+
+def swap_hoppable_bond(sigma_N, u, *, bonds):
+    """Exchange rule: swap the spins of a bond drawn uniformly (by `u` in [0, 1)) among the
+    bonds whose two spins differ, so no proposal is wasted on a no-op.
+
+    The number of such bonds changes with the move, so the proposal is not symmetric:
+    log_q = log n(old) - log n(new). With no such bond (a fully polarised sector) the move is
+    a no-op. Swapping keeps the number of up spins, so the rule preserves `total_sz`.
+    """
+    bonds, u = jnp.asarray(bonds), jnp.asarray(u)
+    hop_B = sigma_N[bonds[:, 0]] != sigma_N[bonds[:, 1]]
+    n_old = jnp.sum(hop_B, dtype=jnp.int32)
+    k = jnp.minimum(jnp.floor(u * n_old).astype(jnp.int32), n_old - 1)
+    bond = jnp.argmax(jnp.cumsum(hop_B, dtype=jnp.int32) > k)
+    sites = bonds[bond]
+    values = sigma_N[sites[::-1]]
+    n_new = _n_hoppable(apply_move(sigma_N, sites, values), bonds)
+    log_n = lambda n: jnp.log(jnp.maximum(n, 1).astype(u.dtype))  # noqa: E731
+    return sites, values, log_n(n_old) - log_n(n_new)
+
+
+def exchange_rule(bonds) -> Rule:
+    """Swap the spins of a uniformly drawn bond among those whose spins differ."""
+    bonds = np.asarray(bonds, np.int32)
+    return Rule(
+        draw=lambda key, n: jax.random.uniform(key, (n,)),
+        propose=functools.partial(swap_hoppable_bond, bonds=bonds),
+    )
 
 
 def apply_move(sigma_N, sites_K, values_K):
@@ -84,8 +128,7 @@ class MetropolisSampler:
 
     Attributes:
         hilbert: the space sampled.
-        rule: (sigma_N, move) -> proposed sigma_N, for move in [0, n_moves).
-        n_moves: number of distinct moves of the rule, drawn uniformly.
+        rule: the proposal (see `Rule`).
         n_samples: total samples per call, over all chains.
         n_chains: total number of chains.
         n_discard_per_chain: sweeps thrown away at the start of each call.
@@ -93,8 +136,7 @@ class MetropolisSampler:
     """
 
     hilbert: Hilbert
-    rule: Callable
-    n_moves: int
+    rule: Rule
     n_samples: int
     n_chains: int
     n_discard_per_chain: int
@@ -134,7 +176,7 @@ def _check_counts(n_samples, n_chains):
         raise ConfigError("n_samples", f"must give at least 2 samples per chain (got {n_samples} for {n_chains} chains)")
 
 
-def _metropolis(hilbert, rule, n_moves, n_samples, n_chains, n_discard_per_chain, sweep_size):
+def _metropolis(hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_size):
     _check_counts(n_samples, n_chains)
     if n_discard_per_chain is None:
         n_discard_per_chain = (n_samples // n_chains) // 10
@@ -143,7 +185,7 @@ def _metropolis(hilbert, rule, n_moves, n_samples, n_chains, n_discard_per_chain
         sweep_size = hilbert.n_sites
     require_int("sweep_size", sweep_size, minimum=1)
     return MetropolisSampler(
-        hilbert, rule, n_moves, n_samples, n_chains, n_discard_per_chain, sweep_size
+        hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_size
     )
 
 
@@ -163,7 +205,7 @@ def metropolis_local(
             "use sampler=metropolis_exchange or hilbert.total_sz=null",
         )
     return _metropolis(
-        hilbert, flip_site, hilbert.n_sites, n_samples, n_chains, n_discard_per_chain, sweep_size
+        hilbert, local_rule(hilbert.n_sites), n_samples, n_chains, n_discard_per_chain, sweep_size
     )
 
 
@@ -174,16 +216,15 @@ def metropolis_exchange(
     n_discard_per_chain: int | None = None,
     sweep_size: int | None = None,
 ) -> MetropolisSampler:
-    """Metropolis with swaps of the two spins on a nearest-neighbour bond (keeps Sz)."""
-    bonds = np.asarray(hilbert.bonds, np.int32)
+    """Metropolis with swaps of the two spins on a nearest-neighbour bond whose spins differ
+    (keeps Sz)."""
     if hilbert.total_sz is None:
         raise ConfigError(
             "sampler",
             "metropolis_exchange conserves Sz and needs hilbert.total_sz to be set (e.g. 0)",
         )
-    rule = functools.partial(swap_bond, bonds=bonds)
     return _metropolis(
-        hilbert, rule, len(bonds), n_samples, n_chains, n_discard_per_chain, sweep_size
+        hilbert, exchange_rule(hilbert.bonds), n_samples, n_chains, n_discard_per_chain, sweep_size
     )
 
 
@@ -249,7 +290,7 @@ def sample(sampler, amplitude: Amplitude, params, chains: ChainState):
 def _draw(sampler, key, n_steps):
     """Per-chain random numbers for a whole call, drawn up front (cheaper than in the loop)."""
     k_move, k_accept = jax.random.split(key)
-    moves = jax.random.randint(k_move, (n_steps,), 0, sampler.n_moves, dtype=jnp.int32)
+    moves = sampler.rule.draw(k_move, n_steps)
     log_u = jnp.log(jax.random.uniform(k_accept, (n_steps,)))
     return moves, log_u
 
@@ -263,18 +304,18 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
     moves_C, log_u_C = jax.vmap(functools.partial(_draw, sampler, n_steps=n_steps))(draw_C)
     moves_SxC = moves_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
     log_u_SxC = log_u_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
-    propose = jax.vmap(sampler.rule)
+    propose = jax.vmap(sampler.rule.propose)
     apply = jax.vmap(apply_move)
     tables = amplitude.prepare(params)
 
     def step(carry, xs):
         sigma_CxN, log_abs_C, cache, n_accepted_C = carry
         move_C, log_u_C = xs
-        sites_CxK, values_CxK = propose(sigma_CxN, move_C)
+        sites_CxK, values_CxK, log_q_C = propose(sigma_CxN, move_C)
         proposed_CxN = apply(sigma_CxN, sites_CxK, values_CxK)
         delta_CxK = values_CxK - jnp.take_along_axis(sigma_CxN, sites_CxK, axis=1)
         log_abs_new_C, cache_new = amplitude.update(tables, cache, proposed_CxN, sites_CxK, delta_CxK)
-        accept_C = log_u_C < 2.0 * (log_abs_new_C - log_abs_C)
+        accept_C = log_u_C < 2.0 * (log_abs_new_C - log_abs_C) + log_q_C
         keep = lambda new, old: jnp.where(accept_C.reshape(-1, *[1] * (new.ndim - 1)), new, old)  # noqa: E731
         sigma_CxN = keep(proposed_CxN, sigma_CxN)
         log_abs_C = keep(log_abs_new_C, log_abs_C)

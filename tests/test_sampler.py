@@ -119,19 +119,56 @@ def test_cached_updates_give_the_same_chains(kind, dtype):
     assert acc_a == acc_b and 0.02 < acc_a < 0.98
 
 
-def _moved(sigma, rule, move):
-    return smp.apply_move(sigma, *rule(sigma, move))
+def _moved(sigma, propose, x):
+    sites, values, log_q = propose(sigma, x)
+    return smp.apply_move(sigma, sites, values), float(log_q)
 
 
 def test_rules_move_the_right_spins():
     sigma = jnp.array([1, -1, 1, 1, -1, -1], jnp.int8)
-    bonds = np.array([[0, 1], [2, 3], [4, 5], [3, 4]])
-    swap = functools.partial(smp.swap_bond, bonds=bonds)
-    for move in range(4):
-        assert int(_moved(sigma, swap, move).sum()) == int(sigma.sum())
-    np.testing.assert_array_equal(_moved(sigma, swap, 0), [-1, 1, 1, 1, -1, -1])
-    np.testing.assert_array_equal(_moved(sigma, swap, 1), sigma)
-    np.testing.assert_array_equal(_moved(sigma, smp.flip_site, 4), [1, -1, 1, 1, 1, -1])
+    bonds = np.array([[0, 1], [2, 3], [4, 5], [3, 4]])  # bonds 0 and 3 have differing spins
+    swap = smp.exchange_rule(bonds).propose
+    moved, log_q = _moved(sigma, swap, 0.1)  # first of the two hoppable bonds
+    np.testing.assert_array_equal(moved, [-1, 1, 1, 1, -1, -1])
+    assert log_q == 0.0  # still two hoppable bonds after the swap
+    moved, log_q = _moved(sigma, swap, 0.7)  # second one: [3, 4]
+    np.testing.assert_array_equal(moved, [1, -1, 1, -1, 1, -1])
+    assert log_q == pytest.approx(np.log(2 / 4))  # four hoppable bonds after it
+    polarised = jnp.ones(6, jnp.int8)
+    moved, log_q = _moved(polarised, swap, 0.5)
+    np.testing.assert_array_equal(moved, polarised)
+    assert log_q == 0.0
+    moved, log_q = _moved(sigma, smp.local_rule(6).propose, 4)
+    np.testing.assert_array_equal(moved, [1, -1, 1, 1, 1, -1])
+    assert log_q == 0.0
+
+
+@pytest.mark.parametrize("lattice", [hb.chain(8, total_sz=0), hb.square(Lx=2, Ly=3, pbc=False, total_sz=1)])
+def test_exchange_kernel_keeps_psi_squared_exactly(lattice):
+    """The exact Metropolis-Hastings kernel built from the exchange rule (every hoppable bond,
+    its Hastings correction, min(1, ratio) acceptance) leaves |psi|^2 invariant: pi P = pi."""
+    _, params, states, probs = _model_and_probs(lattice, scale=3.0)
+    bonds = np.asarray(lattice.bonds)
+    propose = jax.jit(jax.vmap(smp.exchange_rule(bonds).propose))
+    index = {c: i for i, c in enumerate(states_to_codes(states))}
+    n_hop = (states[:, bonds[:, 0]] != states[:, bonds[:, 1]]).sum(1)
+    src = np.repeat(np.arange(len(states)), n_hop)
+    k = np.concatenate([np.arange(n) for n in n_hop])
+    u = (k + 0.5) / n_hop[src]
+    sites, values, log_q = propose(jnp.asarray(states[src], jnp.int8), jnp.asarray(u))
+    moved = np.asarray(jax.vmap(smp.apply_move)(jnp.asarray(states[src], jnp.int8), sites, values))
+    dst = np.array([index[c] for c in states_to_codes(moved)])
+    assert np.all(dst != src)  # a hoppable swap always moves
+    accept = np.minimum(1.0, probs[dst] / probs[src] * np.exp(np.asarray(log_q, np.float64)))
+    P = np.zeros((len(states), len(states)))
+    np.add.at(P, (src, dst), accept / n_hop[src])
+    P[np.diag_indices_from(P)] += 1.0 - P.sum(1)
+    np.testing.assert_allclose(probs @ P, probs, rtol=1e-12, atol=1e-15)
+    # A kernel without the correction would not: the test can tell.
+    P0 = np.zeros_like(P)
+    np.add.at(P0, (src, dst), np.minimum(1.0, probs[dst] / probs[src]) / n_hop[src])
+    P0[np.diag_indices_from(P0)] += 1.0 - P0.sum(1)
+    assert np.max(np.abs(probs @ P0 - probs)) > 1e-4
 
 
 def test_initial_states_respect_sector():
