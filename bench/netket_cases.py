@@ -6,7 +6,7 @@ Runs one named case with NetKet (``nk.driver.VMC`` + ``nk.optimizer.Sgd`` +
 
 Usage::
 
-    python bench/netket_cases.py CASE [--n-iter N] [--seed S] [--recompute-exact]
+    python bench/netket_cases.py CASE [--n-iter N] [--seed S] [--save-params F.npz] [--recompute-exact]
 
 CASE is one of ``tfim1d``, ``heis1d``, ``tfim2d``.  This script is standalone: it
 imports only netket, jax, numpy and the standard library, and is meant to be run
@@ -161,6 +161,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--final-rounds", type=int, default=1,
                    help="the final energy uses this many times n_samples fresh samples")
+    p.add_argument("--save-params", default=None,
+                   help="write the final RBM parameters here (.npz: kernel, hidden_bias, visible_bias)")
     p.add_argument("--recompute-exact", action="store_true",
                    help="recompute the hard-coded tfim1d exact energy with scipy (slow, ~4 GB)")
     p.add_argument("--holomorphic", choices=["auto", "true", "false"], default="auto",
@@ -200,6 +202,11 @@ def main(argv=None) -> int:
     e_final = float(np.real(final.mean))
     variance_final = float(np.real(final.variance))
     e_err = float(np.real(final.error_of_mean))
+
+    if args.save_params:
+        params = vs.parameters
+        np.savez(args.save_params, kernel=np.asarray(params["Dense"]["kernel"]),
+                 hidden_bias=np.asarray(params["Dense"]["bias"]), visible_bias=np.asarray(params["visible_bias"]))
 
     e_ref = reference_energy(args.case, spec, args.recompute_exact)
     N = spec["N"]

@@ -15,6 +15,7 @@ NetKet runs through bench/netket_cases.py in the interpreter given by --netket-p
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -69,25 +70,92 @@ def reference_energy(case):
     return exact.ground_energy(operators.heisenberg(h, 1.0, 0.0, None), h)
 
 
+EXACT_STATE_CASES = ("tfim1d", "heis1d")  # spaces small enough to sum over exactly
+
+
+@functools.cache
+def experiment(case):
+    """vmc-runner's experiment for a case (Hilbert space, Hamiltonian, model), as the runs build it."""
+    sys.path.insert(0, str(REPO))
+    import jax
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from runner.build import build
+
+    jax.config.update("jax_enable_x64", True)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*CASES[case], *COMMON])
+    return build(OmegaConf.to_container(cfg, resolve=True))
+
+
+def our_final_params(case, run_dir):
+    """The model parameters in a run's final checkpoint (the first leaves of its VMCState)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    ex = experiment(case)
+    like = ex.problem.model.init(jax.random.PRNGKey(0), jnp.ones((ex.hilbert.n_sites,), jnp.int8))["params"]
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    with np.load(Path(run_dir) / "checkpoint" / "state.npz") as data:
+        got = [data[f"leaf_{i:04d}"] for i in range(len(leaves))]
+    for a, b in zip(got, leaves):
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+    return jax.tree_util.tree_unflatten(treedef, got)
+
+
+def exact_state_energy(case, params, chunk=2**16):
+    """<psi|H|psi> / <psi|psi> of the RBM with these parameters, summed over the whole basis:
+    the final wavefunction's true energy, without the sampling noise of the final estimate.
+    NetKet's RBM is the same function of its parameters (kernel, bias -> hidden_bias,
+    visible_bias), so both codes' final states are evaluated by this one function."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from runner import exact, hilbert
+
+    ex = experiment(case)
+    states = hilbert.all_states(ex.hilbert)
+    logpsi = jax.jit(ex.problem.logpsi)
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    log_D = np.concatenate([np.asarray(logpsi(params, jnp.asarray(states[i:i + chunk])))
+                            for i in range(0, len(states), chunk)])
+    return exact.energy_of(ex.hamiltonian, ex.hilbert, np.exp(log_D - log_D.real.max()))
+
+
 def run_vmc_runner(case, n_sites, extra=(), seed=0):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "runner", *CASES[case], *COMMON, f"seed={seed}", *extra, f"hydra.run.dir={tmp}"]
         _, _, peak = measured(cmd, REPO)
         summary = json.loads((Path(tmp) / "summary.json").read_text())
         wall = [json.loads(l)["wall_time"] for l in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+        state_energy = exact_state_energy(case, our_final_params(case, tmp)) if case in EXACT_STATE_CASES else None
     steps = [b - a for a, b in zip(wall, wall[1:])][WARMUP:]
     return {"s_per_iter": statistics.median(steps), "compile_first": summary["compile_seconds"] + summary["first_step_seconds"],
             "energy": summary["energy"], "energy_error": summary["energy_error"], "peak_rss_mb": peak, "seed": seed,
-            "n_params": summary["n_params"], "e_per_site": summary["energy"] / n_sites}
+            "n_params": summary["n_params"], "e_per_site": summary["energy"] / n_sites, "state_energy": state_energy}
 
 
 def run_netket(case, python, n_sites, seed=0):
-    cmd = [python, str(REPO / "bench" / "netket_cases.py"), case, f"--seed={seed}", "--final-rounds=8"]
-    out, _, peak = measured(cmd, REPO)
-    result = json.loads(out.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as tmp:
+        params_file = Path(tmp) / "params.npz"
+        cmd = [python, str(REPO / "bench" / "netket_cases.py"), case, f"--seed={seed}", "--final-rounds=8",
+               f"--save-params={params_file}"]
+        out, _, peak = measured(cmd, REPO)
+        result = json.loads(out.strip().splitlines()[-1])
+        if case in EXACT_STATE_CASES:
+            import numpy as np
+
+            with np.load(params_file) as data:
+                state_energy = exact_state_energy(case, {k: data[k] for k in data.files})
+        else:
+            state_energy = None
     return {"s_per_iter": result["median_s_per_iter"], "compile_first": result["compile_plus_first_iter_s"],
             "energy": result["final_energy"], "energy_error": result["final_energy_error"],
-            "peak_rss_mb": peak, "versions": result.get("versions"), "seed": seed, "raw": result}
+            "peak_rss_mb": peak, "versions": result.get("versions"), "seed": seed, "raw": result,
+            "state_energy": state_energy}
 
 
 def has_netket(python):
@@ -172,16 +240,22 @@ def summarise(case, ours, theirs, exact_energy, n_sites):
         row[side]["accuracy"], row[side]["accuracy_error"] = accuracy(runs)
         row[side]["all_s_per_iter"] = [r["s_per_iter"] for r in runs]
         row[side]["all_energies"] = [(r["seed"], r["energy"], r["energy_error"]) for r in runs]
+        if exact_energy and runs and all(r.get("state_energy") is not None for r in runs):
+            row[side]["state_accuracy"] = statistics.mean(abs(r["state_energy"] - exact_energy) / abs(exact_energy)
+                                                          for r in runs)
+            row[side]["all_state_energies"] = [(r["seed"], r["state_energy"]) for r in runs]
     row["ratio"] = row["vmc"]["s_per_iter"] / row["nk"]["s_per_iter"] if theirs else None
     row["paired"] = paired_difference(ours, theirs)
+    row["paired_state"] = paired_difference(ours, theirs, key="state_energy")
     return row
 
 
-def paired_difference(ours, theirs):
+def paired_difference(ours, theirs, key="energy"):
     """Mean over seeds of E_ours - E_NetKet (same seed) and the standard error of that mean
     from the seed-to-seed spread, or None with fewer than two common seeds."""
-    theirs_by_seed = {r["seed"]: r["energy"] for r in theirs}
-    diffs = [r["energy"] - theirs_by_seed[r["seed"]] for r in ours if r["seed"] in theirs_by_seed]
+    theirs_by_seed = {r["seed"]: r.get(key) for r in theirs}
+    diffs = [r[key] - theirs_by_seed[r["seed"]] for r in ours
+             if r.get(key) is not None and theirs_by_seed.get(r["seed"]) is not None]
     if len(diffs) < 2:
         return None
     return statistics.mean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5, len(diffs)
@@ -228,6 +302,19 @@ def render(rows, netket, args):
     if paired:
         lines += ["Final energy, ours − NetKet at the same seed (mean ± standard error over seeds; negative: "
                   "ours lower): " + "; ".join(paired), ""]
+    exact_rows = [r for r in rows if r["vmc"].get("state_accuracy") is not None]
+    if exact_rows:
+        lines += ["Exact energy of the final wavefunction, <psi|H|psi>/<psi|psi> summed over the whole basis "
+                  "(no sampling noise; NetKet's final parameters evaluated by the same code):", "",
+                  "| case | relative error, ours | relative error, NetKet | ours − NetKet at the same seed |",
+                  "|---|---|---|---|"]
+        for r in exact_rows:
+            p = r["paired_state"]
+            lines.append(f"| {r['case']} | {r['vmc']['state_accuracy']:.2e} | {fmt(r['nk'].get('state_accuracy'), '.2e')} | "
+                         + (f"{p[0]:+.5f} ± {p[1]:.5f} ({p[2]} seeds) |" if p else "— |"))
+        lines += ["", "Per-run exact final-state energies (seed, E): " + "; ".join(
+            f"{r['case']}: ours {[(s, round(e, 6)) for s, e in r['vmc']['all_state_energies']]}, "
+            f"NetKet {[(s, round(e, 6)) for s, e in r['nk'].get('all_state_energies', [])]}" for r in exact_rows), ""]
     return "\n".join(lines)
 
 

@@ -72,13 +72,24 @@ def _sector_matvec(ham: Hamiltonian, hilbert: Hilbert):
     return matvec
 
 
+def _matvec(hamiltonian: Hamiltonian, hilbert: Hilbert):
+    """H v for v indexed like `all_states(hilbert)` (binary order)."""
+    if hilbert.total_sz is None:
+        return _full_space_matvec(hamiltonian, hilbert.n_sites)
+    return _sector_matvec(hamiltonian, hilbert)
+
+
+def energy_of(hamiltonian: Hamiltonian, hilbert: Hilbert, psi_D) -> float:
+    """<psi|H|psi> / <psi|psi> of a state given by its amplitudes on `all_states(hilbert)`:
+    the exact variational energy, with no sampling noise."""
+    psi_D = np.asarray(psi_D)
+    return float(np.real(np.vdot(psi_D, _matvec(hamiltonian, hilbert)(psi_D))) / np.vdot(psi_D, psi_D).real)
+
+
 def ground_energy(hamiltonian: Hamiltonian, hilbert: Hilbert) -> float:
     """Lowest eigenvalue of H in the (Sz-constrained) space of `hilbert`."""
     d = hilbert.n_states
-    if hilbert.total_sz is None:
-        matvec = _full_space_matvec(hamiltonian, hilbert.n_sites)
-    else:
-        matvec = _sector_matvec(hamiltonian, hilbert)
+    matvec = _matvec(hamiltonian, hilbert)
     if d <= 64:
         dense = np.stack([matvec(e) for e in np.eye(d)], axis=1)
         return float(np.linalg.eigvalsh(dense)[0])

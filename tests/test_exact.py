@@ -55,3 +55,24 @@ def test_auto_threshold():
     assert not exact.wants_exact("auto", hb.chain(21))
     assert exact.wants_exact("auto", hb.chain(24, total_sz=0)) is False
     assert exact.wants_exact(True, hb.chain(30)) and not exact.wants_exact(False, hb.chain(4))
+
+
+@pytest.mark.parametrize(
+    "lattice,make_ham",
+    [
+        (hb.chain(8), lambda h: operators.ising(h, 1.0, 0.9)),
+        (hb.chain(8, total_sz=0), lambda h: operators.heisenberg(h, 1.0, 0.2, None)),
+    ],
+)
+def test_energy_of_a_state_matches_dense(lattice, make_ham):
+    """<psi|H|psi>/<psi|psi> of a random complex state against the dense Pauli matrices, and
+    the ground energy for the ground state."""
+    ham = make_ham(lattice)
+    states = hb.all_states(lattice)
+    H = operators.to_sparse(ham, states).toarray()
+    re, im = np.random.default_rng(3).standard_normal((2, len(states)))
+    psi = re + 1j * im
+    np.testing.assert_allclose(exact.energy_of(ham, lattice, psi), (psi.conj() @ H @ psi).real / np.vdot(psi, psi).real,
+                               rtol=1e-12)
+    w, v = np.linalg.eigh(H)
+    np.testing.assert_allclose(exact.energy_of(ham, lattice, v[:, 0]), w[0], rtol=1e-12)
