@@ -159,7 +159,10 @@ def run_netket(case, python, n_sites, seed=0):
 
 
 def has_netket(python):
-    return subprocess.run([python, "-c", "import netket"], capture_output=True).returncode == 0
+    try:
+        return subprocess.run([python, "-c", "import netket"], capture_output=True).returncode == 0
+    except OSError:  # no such interpreter
+        return False
 
 
 def fmt(x, spec):
