@@ -7,7 +7,9 @@
 Each measurement is a fresh process (so compile time and peak RSS are per run), with the
 same physics, sizes, seed, optimizer (SGD 0.01), SR (diag_shift 0.01), 16 chains and 5
 discarded samples per chain; one vmc-runner/NetKet pair per seed, the order alternating.
-Both final energies are estimated from FINAL_ROUNDS x n_samples fresh samples. vmc-runner's time per iteration is the median of the step
+Both final energies are estimated from 8 x n_samples fresh samples; for tfim1d and heis1d both
+final wavefunctions are also evaluated exactly (<psi|H|psi>/<psi|psi> over the whole basis,
+by vmc-runner's code for both, in this process after the timed ones have exited). vmc-runner's time per iteration is the median of the step
 durations after 10 warm-up steps, read from metrics.jsonl (it includes the logging).
 NetKet runs through bench/netket_cases.py in the interpreter given by --netket-python
 (default: this one); without NetKet its columns say so.
