@@ -53,8 +53,9 @@ def local_rule(n_sites: int) -> Rule:
     )
 
 
-def _n_hoppable(sigma_N, bonds):
-    return jnp.sum(sigma_N[bonds[:, 0]] != sigma_N[bonds[:, 1]], dtype=jnp.int32)
+def _hoppable(sigma_N, bonds):
+    """[B] whether the two spins of each bond differ (a swap would change the state)."""
+    return sigma_N[bonds[:, 0]] != sigma_N[bonds[:, 1]]
 
 
 def swap_hoppable_bond(sigma_N, u, *, bonds):
@@ -66,13 +67,13 @@ def swap_hoppable_bond(sigma_N, u, *, bonds):
     a no-op. Swapping keeps the number of up spins, so the rule preserves `total_sz`.
     """
     bonds, u = jnp.asarray(bonds), jnp.asarray(u)
-    hop_B = sigma_N[bonds[:, 0]] != sigma_N[bonds[:, 1]]
+    hop_B = _hoppable(sigma_N, bonds)
     n_old = jnp.sum(hop_B, dtype=jnp.int32)
     k = jnp.minimum(jnp.floor(u * n_old).astype(jnp.int32), n_old - 1)
     bond = jnp.argmax(jnp.cumsum(hop_B, dtype=jnp.int32) > k)
     sites = bonds[bond]
     values = sigma_N[sites[::-1]]
-    n_new = _n_hoppable(apply_move(sigma_N, sites, values), bonds)
+    n_new = jnp.sum(_hoppable(apply_move(sigma_N, sites, values), bonds), dtype=jnp.int32)
     log_n = lambda n: jnp.log(jnp.maximum(n, 1).astype(u.dtype))  # noqa: E731
     return sites, values, log_n(n_old) - log_n(n_new)
 
