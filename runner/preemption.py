@@ -1,9 +1,9 @@
-"""Preemption: a signal only sets a flag; the run loop stops cleanly at a step boundary.
+"""Stop signals: a signal only sets a flag; the run loop stops cleanly at a step boundary.
 
 SLURM sends SIGTERM to every task on preemption or `scontrol requeue`; submitit sends SIGUSR2
-to global rank 0 only, shortly before the time limit. Either way every process must agree to
-stop at the same step (they take part in the checkpoint's collectives together), so the flag
-is combined over processes at each step boundary.
+to global rank 0 only, shortly before the time limit; Ctrl-C sends SIGINT. Every process must
+agree to stop at the same step (they take part in the checkpoint's collectives together), so
+the flag is combined over processes at each step boundary. A second Ctrl-C aborts at once.
 """
 
 import signal
@@ -11,15 +11,33 @@ import signal
 import jax
 import numpy as np
 
-SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
-EXIT_PREEMPTED = 3  # exit status of a run stopped by a signal after saving its checkpoint
+SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
+EXIT_PREEMPTED = 3  # exit status of a run stopped by SIGTERM/SIGUSR2 after saving its checkpoint
+EXIT_INTERRUPTED = 130  # Ctrl-C, after saving its checkpoint: the shell's 128 + SIGINT
+
+
+def status_of(signum: int | None) -> str | None:
+    """The summary status of a run stopped by `signum`: `interrupted` (SIGINT) or `preempted`."""
+    if signum is None:
+        return None
+    return "interrupted" if signum == signal.SIGINT else "preempted"
+
+
+def exit_status(status: str) -> int:
+    """The process exit status for a stopped run's summary status."""
+    return EXIT_INTERRUPTED if status == "interrupted" else EXIT_PREEMPTED
 
 
 class StopRequest:
-    """Installs handlers for SIGUSR2 and SIGTERM that record the signal; use as a context."""
+    """Installs handlers for SIGUSR2, SIGTERM and SIGINT that record the signal; use as a context.
+
+    `signum` is the signal this process received; `agreed` (set by `requested`) the one that
+    stops the run, from whichever process received it.
+    """
 
     def __init__(self):
         self.signum = None
+        self.agreed = None
         self._previous = {}
 
     def __enter__(self):
@@ -33,19 +51,37 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous = {}
         return False
 
     def _record(self, signum, frame):
-        self.signum = signum
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            # A second Ctrl-C: the user does not want to wait for the step boundary.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        if self.signum is None:
+            self.signum = signum
 
     def requested(self) -> bool:
         """True on every process when any process has received a stop signal."""
-        flag = self.signum is not None
         if jax.process_count() == 1:
-            return flag
-        from jax.experimental import multihost_utils
+            self.agreed = self.signum
+        else:
+            from jax.experimental import multihost_utils
 
-        return bool(np.any(multihost_utils.process_allgather(np.array([flag]))))
+            received = multihost_utils.process_allgather(np.array([self.signum or 0]))
+            received = [int(s) for s in np.ravel(received) if s]
+            self.agreed = received[0] if received else None
+        return self.agreed is not None
+
+    @property
+    def status(self) -> str | None:
+        """`interrupted` or `preempted` once `requested` has returned True, else None."""
+        return status_of(self.agreed)
+
+    def describe(self) -> str | None:
+        """The stop signal's name, e.g. `SIGTERM`."""
+        return signal.Signals(self.agreed).name if self.agreed else None
 
     def hand_over(self):
         """After the checkpoint: let submitit requeue the job (its SIGUSR2 handler, rank 0)."""

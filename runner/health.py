@@ -1,0 +1,127 @@
+"""Health checks: named warnings for runs whose final numbers say that something went wrong."""
+
+import statistics
+
+ACCEPTANCE_LOW = 0.02  # Metropolis chains that (almost) never move: samples are not independent
+ACCEPTANCE_HIGH = 0.98  # proposals (almost) always accepted: a flat or broken amplitude
+R_HAT_MAX = 1.1  # Gelman-Rubin split-chain statistic above which chains disagree
+BELOW_EXACT_SIGMAS = 3.0  # an energy this many error bars below the exact ground energy
+VARIANCE_RISE = 100.0  # final variance against its minimum over the run
+VARIANCE_RISE_LATE = 10.0  # median of the last eighth against the eighth before it
+V_SCORE_FLOOR = 1e-4  # variances below N * var / E^2 = this count as converged (noise, not growth)
+RELATIVE_ERROR_MAX = 1e-1
+
+
+def _last(records, key):
+    for record in reversed(records):
+        if record.get(key) is not None:
+            return record[key]
+    return None
+
+
+def _final(summary, records, key):
+    value = summary.get(key)
+    return value if value is not None else _last(records, key)
+
+
+def check_acceptance(acceptance, metropolis: bool):
+    """Metropolis acceptance below ACCEPTANCE_LOW or above ACCEPTANCE_HIGH (not the exact sampler)."""
+    if not metropolis or acceptance is None:
+        return None
+    if acceptance < ACCEPTANCE_LOW:
+        return ("acceptance", f"Metropolis acceptance {acceptance:.3f} is below {ACCEPTANCE_LOW}: "
+                "the chains hardly move and the samples are not independent")
+    if acceptance > ACCEPTANCE_HIGH:
+        return ("acceptance", f"Metropolis acceptance {acceptance:.3f} is above {ACCEPTANCE_HIGH}: "
+                "the amplitude hardly changes under the proposals")
+    return None
+
+
+def check_r_hat(r_hat):
+    if r_hat is None or not r_hat > R_HAT_MAX:
+        return None
+    return ("r_hat", f"split R-hat {r_hat:.3f} is above {R_HAT_MAX}: the chains have not mixed")
+
+
+def check_below_exact(energy, energy_error, exact_energy):
+    """A variational energy below the exact ground energy by more than 3 error bars: broken sampling."""
+    if energy is None or exact_energy is None:
+        return None
+    # the relative slack covers rounding when the error bar is ~0 (exact sampler, exact state)
+    margin = BELOW_EXACT_SIGMAS * (energy_error or 0.0) + 1e-10 * abs(exact_energy)
+    if exact_energy - energy <= margin:
+        return None
+    return ("below_exact", f"energy {energy:.8f} is below the exact ground energy {exact_energy:.8f} by "
+            f"more than {BELOW_EXACT_SIGMAS:g} error bars ({energy_error or 0.0:.1e}): the estimate is "
+            "biased (broken sampling), not variational")
+
+
+def check_variance(final_variance, variances: list[float], energy, n_sites):
+    """The variance exploded: final > VARIANCE_RISE x its minimum over the run, or it grew late.
+
+    Variances below the V-score floor (N var / E^2 < V_SCORE_FLOOR) count as converged, so the
+    noise of a near-exact state's tiny variance is not taken for growth.
+    """
+    variances = [v for v in variances if v is not None]
+    if final_variance is None or not variances:
+        return None
+    floor = V_SCORE_FLOOR * energy**2 / n_sites if energy and n_sites else 0.0
+    lowest = min(variances)
+    if final_variance > VARIANCE_RISE * max(lowest, floor):
+        return ("variance_exploding", f"final variance {final_variance:.3e} is more than "
+                f"{VARIANCE_RISE:g}x its minimum over the run ({lowest:.3e})")
+    late = variances[-(len(variances) // 4):] if len(variances) >= 32 else []
+    if late:
+        half = len(late) // 2
+        before, after = statistics.median(late[:half]), statistics.median(late[half:])
+        if after > VARIANCE_RISE_LATE * max(before, floor):
+            return ("variance_exploding", f"the variance grew over the last quarter of the run (median "
+                    f"{before:.3e} -> {after:.3e}, more than {VARIANCE_RISE_LATE:g}x)")
+    return None
+
+
+def check_relative_error(relative_error):
+    if relative_error is None or not relative_error > RELATIVE_ERROR_MAX:
+        return None
+    return ("relative_error", f"relative error {relative_error:.2e} against the exact ground energy is "
+            f"above {RELATIVE_ERROR_MAX:g}")
+
+
+def check_cg(cg_iters: list[int], cg_maxiter: int | None):
+    """Steps whose conjugate-gradient solve stopped at its iteration limit instead of converging."""
+    cg_iters = [n for n in cg_iters if n is not None]
+    if not cg_maxiter or not cg_iters:
+        return None
+    hit = sum(n >= cg_maxiter for n in cg_iters)
+    if not hit:
+        return None
+    return ("cg_maxiter", f"CG stopped at its limit of {cg_maxiter} iterations on {hit} of {len(cg_iters)} "
+            "steps: the SR updates were not solved to cg_tol (raise preconditioner.diag_shift or "
+            "preconditioner.cg_maxiter)")
+
+
+def check(summary: dict, records: list[dict], *, metropolis: bool = True,
+          cg_maxiter: int | None = None) -> list[dict]:
+    """Every health warning of a run.
+
+    Args:
+        summary: summary.json's fields (`energy`, `energy_error`, `variance`, `acceptance`,
+            `r_hat`, `exact_energy`, `relative_error`, `n_sites`; any may be None or missing).
+        records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters`).
+        metropolis: the sampler is a Metropolis sampler (the acceptance check applies).
+        cg_maxiter: the CG iteration limit, when the preconditioner solves with CG.
+
+    Returns:
+        A list of {"name", "message"}, in a fixed order; empty for a healthy run.
+    """
+    energy = summary.get("energy")
+    found = [
+        check_acceptance(_final(summary, records, "acceptance"), metropolis),
+        check_r_hat(_final(summary, records, "r_hat")),
+        check_below_exact(energy, summary.get("energy_error"), summary.get("exact_energy")),
+        check_variance(_final(summary, records, "variance"), [r.get("variance") for r in records],
+                       energy if energy is not None else _last(records, "energy"), summary.get("n_sites")),
+        check_relative_error(summary.get("relative_error")),
+        check_cg([r.get("cg_iters") for r in records], cg_maxiter),
+    ]
+    return [{"name": name, "message": message} for name, message in filter(None, found)]

@@ -1,0 +1,91 @@
+"""runner.health: each named warning fires on the numbers of a broken run and not on a healthy one."""
+
+import pytest
+
+from runner import health
+
+HEALTHY = {"energy": -44.85, "energy_error": 0.01, "variance": 0.5, "acceptance": 0.4, "r_hat": 1.01,
+           "exact_energy": -44.9139, "relative_error": 1.4e-3, "n_sites": 16}
+
+
+def records(variances, **extra):
+    return [{"step": i, "energy": -44.0, "variance": v, **extra} for i, v in enumerate(variances)]
+
+
+def names(summary, recs=(), **kwargs):
+    return [w["name"] for w in health.check(summary, list(recs), **kwargs)]
+
+
+def test_healthy_run_has_no_warning():
+    recs = records([50.0 / (1 + i) + 0.5 for i in range(200)], acceptance=0.4)
+    assert health.check(HEALTHY, recs) == []
+
+
+def test_collapsed_run_of_the_issue_gets_every_warning():
+    """diag_shift=1e-3 on the 4x4 Heisenberg: E -21.0 vs exact -44.9, acceptance 0, r_hat 9.5."""
+    summary = {**HEALTHY, "energy": -21.0, "energy_error": 0.0, "acceptance": 0.0, "r_hat": 9.5,
+               "variance": 0.0, "relative_error": 23.9 / 44.9}
+    got = health.check(summary, records([1.0, 0.0]))
+    assert [w["name"] for w in got] == ["acceptance", "r_hat", "relative_error"]
+    assert "0.000" in got[0]["message"] and "9.500" in got[1]["message"] and "5.32e-01" in got[2]["message"]
+
+
+@pytest.mark.parametrize("acceptance,metropolis,warned", [
+    (0.01, True, True), (0.99, True, True), (0.5, True, False), (0.02, True, False),
+    (1.0, False, False),  # the exact sampler accepts every draw
+])
+def test_acceptance(acceptance, metropolis, warned):
+    assert ("acceptance" in names({**HEALTHY, "acceptance": acceptance}, metropolis=metropolis)) == warned
+
+
+def test_acceptance_falls_back_to_the_last_step():
+    assert names({**HEALTHY, "acceptance": None}, records([0.5, 0.5], acceptance=0.0)) == ["acceptance"]
+
+
+def test_r_hat():
+    assert names({**HEALTHY, "r_hat": 1.2}) == ["r_hat"]
+    assert names({**HEALTHY, "r_hat": 1.09}) == []
+
+
+def test_energy_below_exact_by_more_than_three_error_bars():
+    exact = HEALTHY["exact_energy"]
+    assert names({**HEALTHY, "energy": exact - 0.031, "relative_error": 7e-4}) == ["below_exact"]
+    assert names({**HEALTHY, "energy": exact - 0.029, "relative_error": 6e-4}) == []
+    # an exact-sampler estimate of an exact state: rounding below, no error bar
+    assert names({**HEALTHY, "energy": exact * (1 + 1e-13), "energy_error": 0.0, "relative_error": 0}) == []
+
+
+def test_variance_exploding_against_its_minimum():
+    recs = records([5.0, 1.0, 0.2, 0.3, 30.0])
+    assert names({**HEALTHY, "variance": 30.0}, recs) == ["variance_exploding"]
+    assert names({**HEALTHY, "variance": 15.0}, recs) == []
+
+
+def test_variance_growing_over_the_last_quarter():
+    rising = [1.0] * 80 + [1.0] * 10 + [20.0] * 10
+    assert names({**HEALTHY, "variance": 20.0}, records(rising)) == ["variance_exploding"]
+    assert names({**HEALTHY, "variance": 1.0}, records([1.0] * 100)) == []
+
+
+def test_variance_noise_of_a_near_exact_state_is_not_growth():
+    # V-score ~1e-9: a factor 100 between tiny variances is noise, not an explosion
+    tiny = [1e-9, 1e-7] * 50
+    assert names({**HEALTHY, "variance": 2e-7}, records(tiny)) == []
+
+
+def test_relative_error():
+    assert names({**HEALTHY, "relative_error": 0.2, "energy": -36.0}) == ["relative_error"]
+    assert names({**HEALTHY, "exact_energy": None, "relative_error": None}) == []
+
+
+def test_cg_at_its_iteration_limit_is_optional():
+    recs = records([0.5] * 10, cg_iters=120)
+    recs[-1]["cg_iters"] = 1000
+    got = health.check(HEALTHY, recs, cg_maxiter=1000)
+    assert [w["name"] for w in got] == ["cg_maxiter"] and "1 of 10" in got[0]["message"]
+    assert names(HEALTHY, recs) == []  # no CG limit known
+    assert names(HEALTHY, records([0.5] * 10), cg_maxiter=1000) == []  # metrics without cg_iters
+
+
+def test_failed_run_without_final_numbers():
+    assert health.check({"status": "failed"}, []) == []

@@ -1,0 +1,67 @@
+"""runner.preemption: SIGTERM/SIGUSR2/SIGINT set a flag, a second Ctrl-C aborts, handlers are restored."""
+
+import os
+import signal
+
+import pytest
+
+from runner import preemption
+from runner.preemption import StopRequest
+
+
+def test_no_signal_no_request():
+    with StopRequest() as stop:
+        assert not stop.requested()
+        assert stop.status is None and stop.describe() is None
+
+
+@pytest.mark.parametrize("signum,status,exit_status", [
+    (signal.SIGTERM, "preempted", 3),
+    (signal.SIGUSR2, "preempted", 3),
+    (signal.SIGINT, "interrupted", 130),
+])
+def test_a_signal_only_sets_the_flag(signum, status, exit_status):
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signum)  # without the handler: SIGTERM/SIGUSR2 kill pytest, SIGINT raises
+        assert stop.requested()
+        assert stop.status == status and stop.describe() == signal.Signals(signum).name
+    assert preemption.exit_status(status) == exit_status
+
+
+def test_the_first_signal_names_the_stop():
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested() and stop.status == "preempted"
+
+
+def test_second_ctrl_c_aborts_at_once():
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested() and stop.status == "interrupted"
+
+
+def test_handlers_are_restored():
+    before = {sig: signal.getsignal(sig) for sig in preemption.SIGNALS}
+    with StopRequest():
+        assert all(signal.getsignal(sig) != before[sig] for sig in preemption.SIGNALS)
+    assert {sig: signal.getsignal(sig) for sig in preemption.SIGNALS} == before
+
+
+def test_hand_over_calls_the_previous_sigusr2_handler_only():
+    called = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: called.append(signum))
+    try:
+        with StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            stop.hand_over()  # SIGTERM: nothing to hand over
+            assert called == []
+        with StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stop.requested()
+            stop.hand_over()  # submitit's handler (here: ours) requeues the job
+        assert called == [signal.SIGUSR2]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
