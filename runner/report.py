@@ -10,6 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from runner.plot import log_error_bars
+
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 OVERRIDES = Path(".hydra") / "overrides.yaml"
@@ -19,7 +23,8 @@ RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably st
 FAILED_LINE = re.compile(r"\] - process \d+ of \d+ failed$", re.M)
 
 COLUMNS = ("status", "steps", "energy", "energy_error", "exact_energy", "relative_error", "v_score",
-           "ms_per_iter", "processes", "devices")
+           "ms_per_iter", "processes", "devices", "warnings", "reason")
+NOT_DONE = ("failed", "preempted", "interrupted")  # marked in the table, with the summary's reason
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -119,6 +124,9 @@ def collect(root: Path) -> list[dict]:
             "records": records,
             "status": summary.get("status") or _status_without_summary(run, records),
             "steps": f"{done}/{n_iter}" if n_iter is not None else str(done),
+            "warnings": [w.get("name", "?") for w in summary.get("warnings") or []],
+            "warning_messages": [w.get("message", "") for w in summary.get("warnings") or []],
+            "reason": summary.get("reason"),
         }
         if summary:
             for key in ("energy", "energy_error", "exact_energy", "relative_error", "v_score",
@@ -165,7 +173,7 @@ def _fmt(value, kind=None):
 def table(rows: list[dict], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     """Header and text cells of the printed table."""
     header = (keys or ["run"]) + ["status", "steps", "energy", "exact", "rel. error", "V-score",
-                                  "ms/iter", "procs/devs"]
+                                  "ms/iter", "procs/devs", "warnings"]
     cells = []
     for row in rows:
         energy = row.get("energy")
@@ -175,10 +183,22 @@ def table(rows: list[dict], keys: list[str]) -> tuple[list[str], list[list[str]]
             energy_text = _fmt(energy, "energy")
         procs = f"{_fmt(row.get('processes'))}/{_fmt(row.get('devices'))}"
         cells.append([row["overrides"].get(k, "-") for k in keys] if keys else [row["run"]])
-        cells[-1] += [row["status"], row["steps"], energy_text, _fmt(row.get("exact_energy"), "energy"),
+        status = f"{row['status']} !" if row["status"] in NOT_DONE else row["status"]
+        cells[-1] += [status, row["steps"], energy_text, _fmt(row.get("exact_energy"), "energy"),
                       _fmt(row.get("relative_error")), _fmt(row.get("v_score")),
-                      _fmt(row.get("ms_per_iter"), "ms"), procs]
+                      _fmt(row.get("ms_per_iter"), "ms"), procs, ",".join(row.get("warnings") or []) or "-"]
     return header, cells
+
+
+def problems(rows: list[dict]) -> list[str]:
+    """One line per run that did not complete (with its reason) and per health warning."""
+    lines = []
+    for row in rows:
+        if row["status"] in NOT_DONE:
+            lines.append(f"! {row['run']}: {row['status']}: {row.get('reason') or 'no reason recorded'}")
+        for name, message in zip(row.get("warnings") or [], row.get("warning_messages") or []):
+            lines.append(f"  {row['run']}: warning [{name}]: {message}")
+    return lines
 
 
 def format_table(header, cells) -> str:
@@ -194,7 +214,13 @@ def write_csv(rows: list[dict], keys: list[str], path: Path) -> None:
         writer.writerow(["run"] + keys + list(COLUMNS))
         for row in rows:
             writer.writerow([row["run"]] + [row["overrides"].get(k, "") for k in keys]
-                            + ["" if row.get(c) is None else row.get(c) for c in COLUMNS])
+                            + [_csv_cell(row.get(c)) for c in COLUMNS])
+
+
+def _csv_cell(value):
+    if value is None:
+        return ""
+    return ";".join(value) if isinstance(value, list) else value
 
 
 def _as_float(text):
@@ -204,8 +230,13 @@ def _as_float(text):
         return None
 
 
-def plot_sweep(rows: list[dict], key: str, path: Path) -> bool:
-    """Relative error (when every finished run has one) or energy against the swept `key`."""
+def plot_sweep(rows: list[dict], key: str, path: Path):
+    """Relative error (when every finished run has one) or energy against the swept `key`, with
+    the energy's error bars.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no run has an energy.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -215,11 +246,14 @@ def plot_sweep(rows: list[dict], key: str, path: Path) -> bool:
               and r["status"] == "completed"]
     points = sorted((x, r) for x, r in points if x is not None) if points else []
     if not points:
-        return False
+        return None
     xs = [x for x, _ in points]
     fig, ax = plt.subplots(figsize=(6, 4))
     if all(r.get("relative_error") is not None for _, r in points):
-        ax.plot(xs, [max(r["relative_error"], 1e-16) for _, r in points], "o-")
+        rel = np.array([max(r["relative_error"], 1e-16) for _, r in points])
+        rel_error = np.array([(r.get("energy_error") or 0.0) / abs(r["exact_energy"]) if r.get("exact_energy")
+                              else 0.0 for _, r in points])
+        ax.errorbar(xs, rel, yerr=log_error_bars(rel, rel_error), fmt="o-", capsize=3)
         ax.set_yscale("log")
         ax.set_ylabel("relative error")
     else:
@@ -235,11 +269,16 @@ def plot_sweep(rows: list[dict], key: str, path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return True
+    return fig
 
 
-def plot_convergence(rows: list[dict], keys: list[str], path: Path) -> bool:
-    """Energy against step for every run with metrics; relative error too when exact is known."""
+def plot_convergence(rows: list[dict], keys: list[str], path: Path):
+    """Energy against step for every run with metrics (with an error band); relative error with
+    error bars too when the exact energy is known.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no run has metrics.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -247,19 +286,23 @@ def plot_convergence(rows: list[dict], keys: list[str], path: Path) -> bool:
 
     curves = [r for r in rows if any(rec.get("energy") is not None for rec in r["records"])]
     if not curves:
-        return False
+        return None
     with_exact = [r for r in curves if r.get("exact_energy")]
     fig, axes = plt.subplots(1, 2 if with_exact else 1, figsize=(11 if with_exact else 6.5, 4), squeeze=False)
     for row in curves:
         label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys) or row["run"]
-        steps = [rec["step"] for rec in row["records"] if rec.get("energy") is not None]
-        energy = [rec["energy"] for rec in row["records"] if rec.get("energy") is not None]
+        kept = [rec for rec in row["records"] if rec.get("energy") is not None]
+        steps = np.array([rec["step"] for rec in kept])
+        energy = np.array([rec["energy"] for rec in kept])
+        error = np.array([rec.get("energy_error") or 0.0 for rec in kept])
         (line,) = axes[0, 0].plot(steps, energy, lw=1, label=label)
+        axes[0, 0].fill_between(steps, energy - error, energy + error, color=line.get_color(), alpha=0.25, lw=0)
         if row.get("exact_energy"):
             exact = row["exact_energy"]
             axes[0, 0].axhline(exact, color=line.get_color(), ls="--", lw=0.8)
-            axes[0, 1].plot(steps, [max(abs(e - exact) / abs(exact), 1e-16) for e in energy], lw=1,
-                            color=line.get_color(), label=label)
+            rel = np.maximum(np.abs(energy - exact) / abs(exact), 1e-16)
+            axes[0, 1].errorbar(steps, rel, yerr=log_error_bars(rel, error / abs(exact)), lw=1,
+                                elinewidth=0.5, color=line.get_color(), label=label)
     axes[0, 0].set_xlabel("step")
     axes[0, 0].set_ylabel("energy")
     if with_exact:
@@ -273,7 +316,7 @@ def plot_convergence(rows: list[dict], keys: list[str], path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return True
+    return fig
 
 
 def report(root: Path, plots: bool = True) -> list[dict]:
@@ -291,13 +334,16 @@ def report(root: Path, plots: bool = True) -> list[dict]:
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     print(f"\n{len(rows)} run(s): " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    noted = problems(rows)
+    if noted:
+        print("\n".join(["", *noted]))
     write_csv(rows, keys, root / "report.csv")
     written = [root / "report.csv"]
     if plots:
         numeric = [k for k in keys if all(_as_float(r["overrides"].get(k)) is not None for r in rows)]
-        if len(keys) == 1 and numeric and plot_sweep(rows, keys[0], root / "report.png"):
+        if len(keys) == 1 and numeric and plot_sweep(rows, keys[0], root / "report.png") is not None:
             written.append(root / "report.png")
-        if plot_convergence(rows, keys, root / "convergence.png"):
+        if plot_convergence(rows, keys, root / "convergence.png") is not None:
             written.append(root / "convergence.png")
     print("wrote " + ", ".join(str(p) for p in written))
     return rows

@@ -111,3 +111,41 @@ def test_report_of_a_real_local_sweep(tmp_path):
     assert all(r["status"] == "completed" and r["relative_error"] is not None for r in rows)
     assert all(r["processes"] == 1 for r in rows)
     assert (tmp_path / "report.png").exists() and (tmp_path / "convergence.png").exists()
+
+
+def test_warnings_column_and_runs_that_did_not_complete_are_marked(tmp_path, capsys):
+    warned = completed(-8.0, r_hat=2.0, warnings=[{"name": "r_hat", "message": "split R-hat 2.000 is above 1.1"},
+                                                  {"name": "relative_error", "message": "relative error 2e-01"}])
+    fake_run(tmp_path / "0_x=1", ["x=1"], completed(-9.99), energies=[-9.0, -9.99])
+    fake_run(tmp_path / "1_x=2", ["x=2"], warned, energies=[-9.0, -8.0])
+    fake_run(tmp_path / "2_x=3", ["x=3"], {"status": "failed", "reason": "energy is nan at step 3",
+                                            "n_iter": 10, "steps_done": 4}, energies=[-9.0, -9.1])
+    fake_run(tmp_path / "3_x=4", ["x=4"], {"status": "preempted", "reason": "SIGTERM received; stopped at step 2",
+                                            "n_iter": 10, "steps_done": 2}, energies=[-9.0, -9.1])
+    rows = report.report(tmp_path, plots=False)
+    out = capsys.readouterr().out
+    header, cells = report.table(rows, ["x"])
+    assert header[-1] == "warnings"
+    assert [c[1] for c in cells] == ["completed", "completed", "failed !", "preempted !"]
+    assert [c[-1] for c in cells] == ["-", "r_hat,relative_error", "-", "-"]
+    assert "! 2_x=3: failed: energy is nan at step 3" in out
+    assert "! 3_x=4: preempted: SIGTERM received; stopped at step 2" in out
+    assert "1_x=2: warning [r_hat]: split R-hat 2.000 is above 1.1" in out
+    with (tmp_path / "report.csv").open() as f:
+        csv_rows = list(csv.DictReader(f))
+    assert [r["warnings"] for r in csv_rows] == ["", "r_hat;relative_error", "", ""]
+    assert csv_rows[2]["reason"] == "energy is nan at step 3"
+
+
+def test_plots_have_error_bars(tmp_path):
+    for i, alpha in enumerate([1, 2]):
+        fake_run(tmp_path / f"{i}_a={alpha}", [f"a={alpha}"], completed(-10.0 + 0.1 / alpha),
+                 energies=[-9.0, -9.5, -9.9])
+    rows = sorted(report.collect(tmp_path), key=report._sort_key)
+    sweep_fig = report.plot_sweep(rows, "a", tmp_path / "report.png")
+    (ax,) = sweep_fig.axes
+    assert ax.get_yscale() == "log" and len(ax.containers) == 1  # relative error with error bars
+    conv_fig = report.plot_convergence(rows, ["a"], tmp_path / "convergence.png")
+    energy_ax, rel_ax = conv_fig.axes
+    assert len(energy_ax.collections) == 2  # one error band per run
+    assert len(rel_ax.containers) == 2  # relative error with error bars per run
