@@ -1,36 +1,50 @@
 #!/usr/bin/env python
 """NetKet reference side of the vmc-runner side-by-side benchmark.
 
-Runs one named case with NetKet (``nk.driver.VMC`` + ``nk.optimizer.Sgd`` +
-``nk.optimizer.SR``) and prints ONE JSON line on stdout.
+Runs one named case with NetKet and prints ONE JSON line on stdout (other lines
+NetKet prints come before it).  Two drivers, the same physics, samples, learning
+rate (``nk.optimizer.Sgd(0.01)``) and diag_shift (0.01):
+
+- ``--driver vmc``: ``nk.driver.VMC`` + ``nk.optimizer.SR`` with its default solver
+  (CG on the lazy QGT); ``holomorphic=True`` for the complex heis1d RBM unless
+  ``--holomorphic`` says otherwise.
+- ``--driver vmc_sr``: ``nk.driver.VMC_SR`` (dense QGT or NTK, chosen by NetKet,
+  solved by its default ``cholesky_with_fallback``).  VMC_SR in 3.23 has no
+  holomorphic mode: for a complex model it builds the real 2N x 2N system.
 
 Usage::
 
-    python bench/netket_cases.py CASE [--n-iter N] [--seed S] [--save-params F.npz] [--recompute-exact]
+    python bench/netket_cases.py CASE [--driver vmc|vmc_sr] [--n-iter N] [--warmup W] [--seed S]
+                                      [--final-rounds R] [--holomorphic auto|true|false]
+                                      [--save-params F.npz] [--recompute-exact]
 
 CASE is one of ``tfim1d``, ``heis1d``, ``tfim2d``.  This script is standalone: it
 imports only netket, jax, numpy and the standard library, and is meant to be run
 from a separate environment that has the optional ``bench`` extra (netket)
 installed; it is not imported by vmc-runner.
 
-Timing: every iteration is timed from the start of the step to its end, after
-``jax.block_until_ready`` on the energy statistics and on the updated
-parameters.  ``compile_plus_first_iter_s`` is the duration of the first
-iteration (tracing + compilation + first sampling/update);
-``median_s_per_iter`` is the median over the iterations after the first
-``WARMUP`` (=10) ones.  ``peak_rss_mb`` is ``ru_maxrss`` read right after the
-optimisation, before any exact diagonalisation and before the final fresh
-estimate.
+Timing (the definition bench/run.py also applies to vmc-runner): the steps run
+unhindered, with no synchronisation of ours inside the timed interval.  At the
+end of step ``warmup`` (1-based; default 10) the parameters, the sampler state
+and the energy statistics are blocked on (``jax.block_until_ready``) and the
+clock starts; after the last step the same objects are blocked on and the clock
+stops.  ``s_per_iter`` is that wall time divided by ``n_iter - warmup``.
+``compile_plus_first_iter_s`` is the first step, from its start to the end of a
+block on the same objects (tracing + compilation + first sampling/update).
+``peak_rss_mb`` is ``ru_maxrss`` read right after the optimisation, before any
+exact diagonalisation and before the final fresh estimate.  The process settings
+(``OPENBLAS_NUM_THREADS``, ``XLA_FLAGS``, ...) come from the caller's
+environment and are reported under ``env``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import resource
-import statistics
 import sys
 import time
 
@@ -127,25 +141,40 @@ def reference_energy(case: str, spec: dict, recompute: bool) -> float | None:
 
 
 class _Timer(AbstractCallback):
-    """Wall time of every full step (sampling, gradient, SR solve, update)."""
+    """Wall-clock marks at the end of the first step and of step `warmup`, each after a block
+    on the driver's state; no synchronisation on the other steps. The energy statistics are
+    kept as device values and read only after the run."""
 
-    durations: list = field(pytree_node=False)
-    energies: list = field(pytree_node=False)
+    warmup: int = field(pytree_node=False)
+    marks: dict = field(pytree_node=False)
+    stats: list = field(pytree_node=False)
     _t0: object = field(pytree_node=False)
 
-    def __init__(self):
-        self.durations: list[float] = []
-        self.energies: list[float] = []
+    def __init__(self, warmup: int):
+        self.warmup = warmup
+        self.marks: dict[str, float] = {}
+        self.stats: list = []
         self._t0 = None
 
-    def on_step_start(self, step, log_data, driver):
+    def on_run_start(self, step, driver):
         self._t0 = time.perf_counter()
 
     def on_step_end(self, step, log_data, driver):
-        stats = driver._loss_stats
-        jax.block_until_ready((stats.mean, driver.state.parameters))
-        self.durations.append(time.perf_counter() - self._t0)
-        self.energies.append(float(np.real(stats.mean)))
+        self.stats.append(driver._loss_stats)
+        done = len(self.stats)
+        if done == 1 or done == self.warmup:
+            synchronize(driver)
+            now = time.perf_counter()
+            if done == 1:
+                self.marks["first_step_s"] = now - self._t0
+            if done == self.warmup:
+                self.marks["timed_start"] = now
+
+
+def synchronize(driver):
+    """Waits for everything the driver has dispatched: parameters, sampler state, energy."""
+    vs = driver.state
+    jax.block_until_ready((vs.parameters, vs.sampler_state, driver._loss_stats))
 
 
 def _rss_mb() -> float:
@@ -158,6 +187,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("case", choices=["tfim1d", "heis1d", "tfim2d"])
     p.add_argument("--n-iter", type=int, default=None, help="default: the case's own count")
+    p.add_argument("--driver", choices=["vmc", "vmc_sr"], default="vmc",
+                   help="vmc: VMC + SR (CG); vmc_sr: VMC_SR (dense QGT/NTK, Cholesky)")
+    p.add_argument("--warmup", type=int, default=WARMUP,
+                   help="steps before the timed interval (the clock starts after a sync at the end of this step)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--final-rounds", type=int, default=1,
                    help="the final energy uses this many times n_samples fresh samples")
@@ -166,12 +199,18 @@ def main(argv=None) -> int:
     p.add_argument("--recompute-exact", action="store_true",
                    help="recompute the hard-coded tfim1d exact energy with scipy (slow, ~4 GB)")
     p.add_argument("--holomorphic", choices=["auto", "true", "false"], default="auto",
-                   help="SR's holomorphic flag; 'auto' leaves NetKet's default (for the complex "
-                        "heis1d RBM NetKet then uses holomorphic=False and warns)")
+                   help="SR's holomorphic flag (--driver vmc); 'auto': true for a complex-parameter "
+                        "model (heis1d's RBM is holomorphic), NetKet's default otherwise")
     args = p.parse_args(argv)
 
     spec = build_case(args.case)
     n_iter = args.n_iter if args.n_iter is not None else spec["n_iter"]
+    if not 1 <= args.warmup < n_iter:
+        p.error(f"--warmup must be at least 1 and below the number of steps ({n_iter})")
+    complex_model = np.issubdtype(spec["model"].param_dtype, np.complexfloating)
+    holomorphic = {"true": True, "false": False, "auto": None}[args.holomorphic]
+    if args.holomorphic == "auto" and complex_model:
+        holomorphic = True  # the RBM is holomorphic in its parameters: no doubled real system
 
     t_setup = time.perf_counter()
     vs = nk.vqs.MCState(
@@ -179,21 +218,28 @@ def main(argv=None) -> int:
         seed=args.seed, sampler_seed=args.seed + 1,
     )
     opt = nk.optimizer.Sgd(learning_rate=LEARNING_RATE)
-    sr_kwargs = {}
-    if args.holomorphic != "auto":
-        sr_kwargs["holomorphic"] = args.holomorphic == "true"
-    sr = nk.optimizer.SR(diag_shift=DIAG_SHIFT, **sr_kwargs)
-    driver = nk.driver.VMC(spec["H"], opt, variational_state=vs, preconditioner=sr)
+    if args.driver == "vmc":
+        sr_kwargs = {} if holomorphic is None else {"holomorphic": holomorphic}
+        sr = nk.optimizer.SR(diag_shift=DIAG_SHIFT, **sr_kwargs)
+        driver = nk.driver.VMC(spec["H"], opt, variational_state=vs, preconditioner=sr)
+        solver = f"VMC + SR(diag_shift={DIAG_SHIFT}, default solver (CG), holomorphic={holomorphic})"
+    else:
+        # NetKet's own printout of its automatic choices goes to stderr: stdout is the JSON line.
+        with contextlib.redirect_stdout(sys.stderr):
+            driver = nk.driver.VMC_SR(spec["H"], opt, diag_shift=DIAG_SHIFT, variational_state=vs)
+        solver = (f"VMC_SR(diag_shift={DIAG_SHIFT}, {'NTK' if driver.use_ntk else 'QGT'}, "
+                  f"mode={driver.mode}, cholesky_with_fallback)")
     setup_s = time.perf_counter() - t_setup
 
-    timer = _Timer()
+    timer = _Timer(args.warmup)
     t_run = time.perf_counter()
     driver.run(n_iter, out=None, show_progress=False, callback=timer)
-    run_s = time.perf_counter() - t_run
+    synchronize(driver)
+    t_end = time.perf_counter()
+    run_s = t_end - t_run
     peak_rss = _rss_mb()
-
-    after = timer.durations[WARMUP:]
-    median = statistics.median(after) if after else None
+    timed_s = t_end - timer.marks["timed_start"]
+    energies = [float(np.real(stats.mean)) for stats in timer.stats]
 
     # Final energy at the final parameters, from fresh samples.
     vs.n_samples = args.final_rounds * spec["n_samples"]
@@ -220,17 +266,20 @@ def main(argv=None) -> int:
         "n_discard_per_chain": vs.n_discard_per_chain,
         "n_params": int(vs.n_parameters),
         "optimizer": f"Sgd({LEARNING_RATE})",
-        "preconditioner": f"SR(diag_shift={DIAG_SHIFT}, solver=cg default, "
-                          f"holomorphic={args.holomorphic})",
-        "median_s_per_iter": median,
-        "compile_plus_first_iter_s": timer.durations[0] if timer.durations else None,
+        "driver": args.driver,
+        "preconditioner": solver,
+        "warmup": args.warmup,
+        "timed_steps": n_iter - args.warmup,
+        "timed_wall_s": timed_s,
+        "s_per_iter": timed_s / (n_iter - args.warmup),
+        "compile_plus_first_iter_s": timer.marks["first_step_s"],
         "setup_s": setup_s,
         "run_wall_s": run_s,
         "final_energy": e_final,
         "final_energy_error": e_err,
         "final_variance": variance_final,
-        "last_iter_energy": timer.energies[-1] if timer.energies else None,
-        "energies": timer.energies,
+        "last_iter_energy": energies[-1],
+        "energies": energies,
         "exact_energy": e_ref,
         "relative_error": (abs((e_final - e_ref) / e_ref) if e_ref is not None else None),
         "energy_per_site": e_final / N,

@@ -1,6 +1,11 @@
-"""The benchmark's cases compose to the experiments they claim (one dtype each, sizes right)."""
+"""bench/run.py: the cases are the advertised experiments; timing, process settings and output are fair."""
 
 import importlib.util
+import json
+import os
+import statistics
+import sys
+from unittest import mock
 
 import pytest
 
@@ -35,3 +40,78 @@ def test_bench_case_is_the_advertised_experiment(case):
 
     params = experiment.problem.model.init(jax.random.PRNGKey(0), jnp.ones((n_sites,), jnp.int8))["params"]
     assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == n_params
+
+
+def test_case_overrides_replace_the_step_count():
+    short = bench.case_overrides("heis1d", 20)
+    assert [o for o in short if o.startswith("n_iter=")] == ["n_iter=20"]
+    assert bench.case_overrides("heis1d") == bench.CASES["heis1d"]
+    assert bench.case_n_iter("tfim2d") == 150 and bench.case_n_iter("tfim2d", 20) == 20
+
+
+def test_mean_step_seconds_is_total_time_over_timed_steps():
+    # Step k ends at wall_N[k]; steps 1-10 are warm-up (slow compile), step 14 is an expensive one.
+    durations = [5.0] + [0.3] * 9 + [0.1, 0.1, 0.1, 1.0, 0.1, 0.1]
+    wall_N = [sum(durations[:k + 1]) for k in range(len(durations))]
+    mean = bench.mean_step_seconds(wall_N, warmup=10)
+    assert mean == pytest.approx(sum(durations[10:]) / 6)  # 0.25: the expensive step counts in full
+    assert mean > 2 * statistics.median(durations[10:])  # a median would hide it
+    assert bench.mean_step_seconds([1.0, 2.0, 4.0], warmup=1) == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        bench.mean_step_seconds(wall_N[:10], warmup=10)
+
+
+class _Launched(Exception):
+    pass
+
+
+def test_netket_and_vmc_runner_processes_get_the_same_settings(monkeypatch):
+    from runner.parallel import configure_runtime
+
+    base = {"PATH": "/usr/bin", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = bench.process_env(base)
+    launched = []
+
+    def launch(cmd, cwd, env):
+        launched.append((cmd, env))
+        raise _Launched
+
+    monkeypatch.setattr(bench, "measured", launch)
+    for run in (lambda: bench.run_vmc_runner("tfim2d", 36, n_iter=20, env=env),
+                lambda: bench.run_netket("tfim2d", sys.executable, 36, driver="vmc_sr", n_iter=20, env=env)):
+        with pytest.raises(_Launched):
+            run()
+    (ours_cmd, ours_env), (nk_cmd, nk_env) = launched
+    assert ours_env == nk_env == env
+    assert env["OPENBLAS_NUM_THREADS"] == "1" and "xla_cpu_small_while_loop_byte_threshold" in env["XLA_FLAGS"]
+    assert env["XLA_FLAGS"].startswith("--xla_force_host_platform_device_count=2")  # the user's flags kept
+    with mock.patch.dict(os.environ, env, clear=True):
+        configure_runtime()  # what `python -m runner` does first: it must find nothing left to set
+        assert dict(os.environ) == env
+    assert "n_iter=20" in ours_cmd and "--n-iter=20" in nk_cmd and f"--warmup={bench.WARMUP}" in nk_cmd
+
+
+def test_a_netket_run_under_other_settings_is_refused(monkeypatch, tmp_path):
+    env = bench.process_env({"PATH": "/usr/bin"})
+
+    def netket_reporting(reported):
+        line = {"env": reported, "s_per_iter": 0.1, "compile_plus_first_iter_s": 1.0, "final_energy": -1.0,
+                "final_energy_error": 0.1}
+        return lambda cmd, cwd, env: ("NetKet chatter\n" + json.dumps(line) + "\n", "", 100.0)
+
+    monkeypatch.setattr(bench, "measured", netket_reporting({**env, "OPENBLAS_NUM_THREADS": None}))
+    with pytest.raises(RuntimeError, match="OPENBLAS_NUM_THREADS"):
+        bench.run_netket("tfim2d", sys.executable, 36, env=env)
+    monkeypatch.setattr(bench, "measured", netket_reporting(env))
+    assert bench.run_netket("tfim2d", sys.executable, 36, env=env)["s_per_iter"] == 0.1
+
+
+def test_replace_section_keeps_the_rest_of_the_file():
+    analysis = "## Accuracy\n\nhand-written analysis\n"
+    first = bench.replace_section("# Benchmarks\n\nold table\n\n" + analysis, "# Benchmarks\n\nnew table\n")
+    assert "old table" not in first and "new table" in first and first.endswith(analysis)
+    assert first.startswith(bench.SECTION_START)
+    second = bench.replace_section(first, "# Benchmarks\n\nnewer table")
+    assert "new table" not in second and "newer table" in second and second.endswith(analysis)
+    assert second.count(bench.SECTION_START) == 1 and second.count(bench.SECTION_END) == 1
+    assert bench.replace_section("", "t") == f"{bench.SECTION_START}\nt\n{bench.SECTION_END}\n"
