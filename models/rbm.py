@@ -150,16 +150,19 @@ class RBM(nn.Module):
         return log_abs, (t, log_abs)
 
     @staticmethod
-    def jacobian_products(params, sigma_SxN):
-        """(jvp, transpose) of log psi over a batch, in the parameters: jvp maps a parameter
-        pytree dp to d log psi [S]; transpose maps c [S] to the pytree sum_s c_s O_s (linear,
-        no conjugation). Written out, it is about a quarter faster than jax.linearize's, which
-        matters in SR's conjugate gradients (two of these per iteration)."""
+    def jacobian_products(params, sigma_CxTxN):
+        """(jvp, transpose) of log psi over a batch of C chains of T samples, in the parameters:
+        jvp maps a parameter pytree dp to d log psi [C, T]; transpose maps c [C, T] to the
+        per-chain sums sum_t c_ct O_ct, a pytree whose leaves have a leading axis C (linear, no
+        conjugation). Per-chain sums (combined by the caller in a fixed order) keep the result
+        independent of how chains are spread over devices. Written out rather than through
+        jax.linearize: tanh and x^T computed once, which matters in SR's conjugate gradients
+        (two products per iteration)."""
         tables = RBM.local_tables(params)
         kernel = tables["kernel"]
-        x = sigma_SxN.astype(jnp.finfo(kernel.dtype).dtype)
-        t = jnp.tanh(RBM.local_state(tables, sigma_SxN)[0])  # d log cosh / d theta
-        x_T = jax.lax.optimization_barrier(x.T)
+        x = sigma_CxTxN.astype(jnp.finfo(kernel.dtype).dtype)
+        t = jnp.tanh(RBM.local_state(tables, sigma_CxTxN)[0])  # d log cosh / d theta [C, T, M]
+        x_T = jax.lax.optimization_barrier(jnp.swapaxes(x, 1, 2))  # [C, N, T]
         has_visible = "visible_bias" in params
 
         def jvp(dp):
@@ -167,11 +170,11 @@ class RBM(nn.Module):
             out = jnp.sum(t * d_theta, axis=-1)
             return out + real_times(x, dp["visible_bias"]) if has_visible else out
 
-        def transpose(c_S):
-            tc = t * c_S[:, None]
-            dp = {"kernel": real_times(x_T, tc), "hidden_bias": jnp.sum(tc, axis=0)}
+        def transpose(c_CxT):
+            tc = t * c_CxT[..., None]
+            dp = {"kernel": real_times(x_T, tc), "hidden_bias": jnp.sum(tc, axis=1)}
             if has_visible:
-                dp["visible_bias"] = real_times(x_T, c_S)
+                dp["visible_bias"] = real_times(x_T, c_CxT[..., None])[..., 0]
             return dp
 
         return jvp, transpose

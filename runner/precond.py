@@ -23,6 +23,7 @@ parts (about 3x faster than XLA's complex product on CPU).
 """
 
 import functools
+import logging
 from typing import Callable, NamedTuple
 
 import jax
@@ -38,13 +39,24 @@ SOLVERS = ("auto", "cholesky", "eigh", "cg")
 # samples: dense 104 ms, CG 37 ms.
 AUTO_DENSE_MAX_PARAMS = 500
 
+log = logging.getLogger(__name__)
+
+# CG's relative residual, by the precision of the parameters (bytes of their real part): the
+# default stopping tolerance, and the smallest one honoured. Rounding in the products (relative
+# eps of 1.2e-7 in 32-bit) keeps the residual from going much below about eps times the
+# condition number of S + diag_shift, so a 64-bit tolerance would run a 32-bit solve to
+# cg_maxiter on every step.
+CG_TOL_DEFAULT = {8: 1e-5, 4: 1e-3}
+CG_TOL_FLOOR = {8: 1e-12, 4: 1e-4}
+
 
 class Preconditioner(NamedTuple):
     """A configured preconditioner, carrying a state from one VMC step to the next.
 
     init: the flat parameters in solver coordinates (anything with .shape and .dtype) ->
         the initial state (a pytree; () for the stateless ones);
-    update: (jac, eps_S, mode, state) -> (update direction, next state).
+    update: (jac, eps_S, mode, state) -> (update direction, next state, info): info a dict of
+        scalars for the step's metrics ({} for the direct solvers; CG: `cg_iters`, `cg_residual`).
     """
 
     init: Callable
@@ -59,32 +71,36 @@ class Preconditioner(NamedTuple):
 
 def stateless(update) -> Preconditioner:
     """A Preconditioner from (jac, eps_S, mode) -> direction."""
-    return Preconditioner(lambda flat: (), lambda jac, eps_S, mode, state: (update(jac, eps_S, mode), state))
+    return Preconditioner(lambda flat: (), lambda jac, eps_S, mode, state: (update(jac, eps_S, mode), state, {}))
 
 
 class Jacobian(NamedTuple):
     """Obar (see the module docstring) of one batch of samples.
 
-    dense: () -> Obar_PxS, materialised (only when a preconditioner calls it);
+    dense: () -> Obar_PxS, materialised (only when a preconditioner calls it); its samples are
+        n_chains chains of N_s / n_chains consecutive samples;
     matvec: v_P -> Obar v; rmatvec: w -> Obar^H w, without forming Obar. In mode "real" with
         a complex log psi both act on real sample vectors (Re; Im) of length 2 N_s;
-    to_samples: eps_S -> eps in the coordinates of matvec's output.
+    to_samples: eps_S -> eps in the coordinates of matvec's output;
+    n_chains: the dense solvers sum over samples chain by chain in this fixed order, so their
+        result does not depend on how the chains are spread over devices.
     """
 
     dense: Callable
     matvec: Callable
     rmatvec: Callable
     to_samples: Callable
+    n_chains: int = 1
 
 
-def from_products(dense, apply, apply_T, out_dtype, n_samples, mode) -> Jacobian:
+def from_products(dense, apply, apply_T, out_dtype, n_samples, mode, n_chains=1) -> Jacobian:
     """A Jacobian from a linear map v_P -> Obar v [N_s] (`apply`, of dtype `out_dtype`) and its
     linear transpose w -> Obar^T w (`apply_T`, no conjugation), in the conventions of `mode`."""
     if mode == "holomorphic":
         # Obar^H w = conj(Obar^T conj(w)).
-        return Jacobian(dense, apply, lambda w: jnp.conj(apply_T(jnp.conj(w))), lambda e: e)
+        return Jacobian(dense, apply, lambda w: jnp.conj(apply_T(jnp.conj(w))), lambda e: e, n_chains)
     if not jnp.issubdtype(out_dtype, jnp.complexfloating):
-        return Jacobian(dense, apply, lambda w: jnp.real(apply_T(w)), jnp.real)
+        return Jacobian(dense, apply, lambda w: jnp.real(apply_T(w)), jnp.real, n_chains)
     # Real parameters, complex log psi: samples in real coordinates (Re; Im). For real v,
     # Re(Obar^T (w_re - i w_im)) = Re(Obar)^T w_re + Im(Obar)^T w_im.
     stack = lambda y: jnp.concatenate([jnp.real(y), jnp.imag(y)])  # noqa: E731
@@ -93,6 +109,7 @@ def from_products(dense, apply, apply_T, out_dtype, n_samples, mode) -> Jacobian
         lambda v: stack(apply(v)),
         lambda w: jnp.real(apply_T((w[:n_samples] - 1j * w[n_samples:]).astype(out_dtype))),
         lambda e: stack(e.astype(out_dtype)),
+        n_chains,
     )
 
 
@@ -116,6 +133,27 @@ def _hermitian_gram(A_PxS):
     B = jnp.concatenate([jnp.real(A_PxS), jnp.imag(A_PxS)], axis=0)
     G = B @ B.T
     return jax.lax.complex(G[:n, :n] + G[n:, n:], G[:n, n:] - G[n:, :n])
+
+
+def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
+    """(S, F) from the dense Obar, summed chain by chain in order (a scan over the chains'
+    blocks of samples): the same bits on every layout, where one product over all samples
+    would be split by the partitioner into per-device partial sums and an all-reduce."""
+    P, n_samples = Obar_PxS.shape
+    T = n_samples // n_chains
+    A_CxPxT = jnp.moveaxis(Obar_PxS.reshape(P, n_chains, T), 1, 0)
+    eps_CxT = eps_S.reshape(n_chains, T)
+
+    def one_chain(A_PxT, e_T):
+        if mode == "real":
+            B, _ = _split_samples(A_PxT, e_T)
+            S = B @ B.T
+        else:
+            S = _hermitian_gram(A_PxT)
+        return S, force(from_dense(A_PxT, mode), e_T, mode)
+
+    add = lambda acc, c: (jax.tree_util.tree_map(jnp.add, acc, one_chain(*c)), None)  # noqa: E731
+    return jax.lax.scan(add, one_chain(A_CxPxT[0], eps_CxT[0]), (A_CxPxT[1:], eps_CxT[1:]))[0]
 
 
 def force(jac: Jacobian, eps_S, mode):
@@ -182,8 +220,13 @@ def _dot(a, b):
 
 def _pcg(A, b, x0, basis, scale, tol, maxiter, n_record):
     """Preconditioned CG on A x = b from x0, stopping at |r| <= tol |b| or after `maxiter`
-    iterations; also returns the first `n_record` search directions (normalised) and their
-    products with A, as [2, n_record, P] (zero rows where CG stopped earlier)."""
+    iterations.
+
+    Returns:
+        (x, record, iterations, |r| / |b|): record holds the first `n_record` search
+        directions (normalised) and their products with A, as [2, n_record, P] (zero rows
+        where CG stopped earlier); r is CG's recursively updated residual, the one it stops on.
+    """
     basis_H = jnp.conj(basis.T)
     precondition = lambda v: v + basis @ (scale * (basis_H @ v))  # noqa: E731
     r = b - A(x0)
@@ -208,8 +251,10 @@ def _pcg(A, b, x0, basis, scale, tol, maxiter, n_record):
         rz_new = _dot(r, z)
         return x, r, z + (rz_new / rz) * p, rz_new, k + 1, record
 
-    x, *_, record = jax.lax.while_loop(cond, body, (x0, r, z, _dot(r, z), 0, record))
-    return x, record
+    x, r, _, _, k, record = jax.lax.while_loop(cond, body, (x0, r, z, _dot(r, z), 0, record))
+    b_norm2 = _dot(b, b)
+    residual = jnp.sqrt(_dot(r, r) / jnp.where(b_norm2 > 0, b_norm2, 1.0))
+    return x, record, k, residual
 
 
 def _ritz(record, rank):
@@ -230,6 +275,15 @@ def _ritz(record, rank):
     return basis, jnp.where(valid, smallest / jnp.where(valid, theta, 1.0) - 1.0, 0.0)
 
 
+def cg_tolerance(cg_tol, dtype) -> float:
+    """The relative residual CG stops at for parameters of `dtype`: the dtype's default when
+    `cg_tol` is None, else `cg_tol`, but not below what the dtype can reach (CG_TOL_FLOOR)."""
+    size = jnp.finfo(dtype).bits // 8
+    if cg_tol is None:
+        return CG_TOL_DEFAULT[size]
+    return max(float(cg_tol), CG_TOL_FLOOR[size])
+
+
 def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxiter, recycle_every):
     """SR by conjugate gradients on (S + diag_shift) x = F, warm-started from the previous
     solution and deflated with the recycled basis (refreshed every `recycle_every` steps).
@@ -243,14 +297,15 @@ def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxit
     rank = state.basis.shape[1]
     refresh = state.age % recycle_every == 0
     plain_on_refresh = jnp.where(refresh, 0.0, state.scale)
-    x, record = _pcg(A, F, state.x0, state.basis, plain_on_refresh, tol, maxiter, 2 * rank)
+    x, record, iters, residual = _pcg(A, F, state.x0, state.basis, plain_on_refresh,
+                                      cg_tolerance(tol, F.dtype), maxiter, 2 * rank)
     basis, scale = state.basis, state.scale
     if rank:
         basis, scale = jax.lax.cond(refresh, lambda: _ritz(record, rank), lambda: (basis, scale))
-    return x, CGState(x, basis, scale, state.age + 1)
+    return x, CGState(x, basis, scale, state.age + 1), {"cg_iters": iters, "cg_residual": residual}
 
 
-def sr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, tol=1e-5, maxiter=1000,
+def sr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, tol=None, maxiter=1000,
               recycle_every=20):
     """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F.
 
@@ -259,15 +314,9 @@ def sr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, tol=1e-5
     """
     if isinstance(state, CGState):
         return _cg_solve(jac, eps_S, mode, state, diag_shift, tol, maxiter, recycle_every)
-    Obar_PxS = jac.dense()
-    if mode == "real":
-        A, _ = _split_samples(Obar_PxS, eps_S)
-        S = A @ A.T
-    else:
-        S = _hermitian_gram(Obar_PxS)
     # The force from the matrix just built, not from another pass over the samples.
-    x = _solve_psd(_shifted(S, diag_shift), force(from_dense(Obar_PxS, mode), eps_S, mode), solver)
-    return x, state
+    S, F = _gram_and_force(jac.dense(), eps_S, mode, jac.n_chains)
+    return _solve_psd(_shifted(S, diag_shift), F, solver), state, {}
 
 
 def minsr_update(jac: Jacobian, eps_S, mode, *, diag_shift, solver):
@@ -286,17 +335,20 @@ def none() -> Preconditioner:
     return stateless(identity_update)
 
 
-def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float = 1e-5, cg_maxiter: int = 1000,
+def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = None, cg_maxiter: int = 1000,
        cg_recycle_rank: int = 48, cg_recycle_every: int = 20) -> Preconditioner:
     """SR. `solver`: cholesky (dense, with an eigh fallback), eigh (dense), cg (conjugate
     gradients on products with the log-derivatives, warm-started from the previous update,
-    stopping at a relative residual `cg_tol` or after `cg_maxiter` iterations, preconditioned
+    stopping at a relative residual `cg_tol` (None: the dtype's default, see `cg_tolerance`;
+    one below what the dtype can reach is raised to that, with a warning) or after
+    `cg_maxiter` iterations, preconditioned
     with `cg_recycle_rank` approximate top eigenvectors of S refreshed every `cg_recycle_every`
     steps (rank 0: plain CG); cheaper for many parameters and never forms O), or auto
     (cholesky up to AUTO_DENSE_MAX_PARAMS parameters, cg above)."""
     require_number("diag_shift", diag_shift, nonnegative=True)
     require_choice("solver", solver, SOLVERS)
-    require_number("cg_tol", cg_tol, positive=True)
+    if cg_tol is not None:
+        require_number("cg_tol", cg_tol, positive=True)
     require_int("cg_maxiter", cg_maxiter, minimum=1)
     require_int("cg_recycle_rank", cg_recycle_rank, minimum=0)
     require_int("cg_recycle_every", cg_recycle_every, minimum=1)
@@ -306,12 +358,16 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float = 1e-5, cg_
         dense = solver != "cg" and not (solver == "auto" and n_params > AUTO_DENSE_MAX_PARAMS)
         if dense:
             return ()
+        tol = cg_tolerance(cg_tol, flat.dtype)
+        if cg_tol is not None and tol > cg_tol:
+            log.warning("preconditioner.cg_tol=%g is below what %s parameters can reach; CG stops at "
+                        "a relative residual of %g instead", cg_tol, jnp.dtype(flat.dtype).name, tol)
         rank = min(cg_recycle_rank, n_params // 2)
         return CGState(jnp.zeros(n_params, flat.dtype), jnp.zeros((n_params, rank), flat.dtype),
                        jnp.zeros(rank, jnp.finfo(flat.dtype).dtype), jnp.zeros((), jnp.int32))
 
     return Preconditioner(init, functools.partial(
-        sr_update, diag_shift=float(diag_shift), solver=solver, tol=float(cg_tol), maxiter=cg_maxiter,
+        sr_update, diag_shift=float(diag_shift), solver=solver, tol=cg_tol, maxiter=cg_maxiter,
         recycle_every=cg_recycle_every))
 
 

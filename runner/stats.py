@@ -6,6 +6,35 @@ import jax
 import jax.numpy as jnp
 
 
+def chain_sum(x_Cx):
+    """Sum over the leading (chain) axis in a fixed pairwise order: x[:C/2] + x[C/2:], halving
+    until one row is left (zero-padded to an even count; adding zero is exact).
+
+    Every output element is a tree of two-operand additions whose shape depends only on C, so
+    the result is bitwise the same however the chains are spread over devices or processes: the
+    partitioner moves rows between devices for the additions but cannot reorder them, unlike a
+    `jnp.sum` over a sharded axis (local partial sums + an all-reduce of layout-dependent order).
+
+    Args:
+        x_Cx: per-chain partials [C, ...].
+
+    Returns:
+        Their sum [...].
+    """
+    while x_Cx.shape[0] > 1:
+        if x_Cx.shape[0] % 2:
+            x_Cx = jnp.concatenate([x_Cx, jnp.zeros_like(x_Cx[:1])])
+        half = x_Cx.shape[0] // 2
+        x_Cx = x_Cx[:half] + x_Cx[half:]
+    return x_Cx[0]
+
+
+def chain_mean(x_CxT):
+    """The mean over the first two axes (chains, samples of a chain) [...], each chain summed
+    on its own and the chains combined by `chain_sum`: independent of the layout."""
+    return chain_sum(jnp.sum(x_CxT, axis=1)) / (x_CxT.shape[0] * x_CxT.shape[1])
+
+
 class Stats(NamedTuple):
     """Summary of a [C, T] array of samples (C chains of T samples)."""
 
@@ -26,7 +55,7 @@ def _autocorrelation_time(x_CxT):
     x = x_CxT - jnp.mean(x_CxT, axis=1, keepdims=True)
     f = jnp.fft.fft(x, n=2 * T, axis=1)
     acov_CxT = jnp.fft.ifft(f * jnp.conj(f), axis=1)[:, :T].real / T
-    acov_T = jnp.mean(acov_CxT, axis=0)
+    acov_T = chain_sum(acov_CxT) / x_CxT.shape[0]
     rho_T = acov_T / jnp.where(acov_T[0] > 0, acov_T[0], 1.0)
     tau_M = jnp.cumsum(rho_T) - 1.0  # tau estimate with window M = index
     window_ok = jnp.arange(T) >= 5.0 * (0.5 + tau_M)
@@ -40,8 +69,10 @@ def _split_r_hat(x_CxT):
     T = x_CxT.shape[1] // 2
     halves = jnp.concatenate([x_CxT[:, :T], x_CxT[:, T : 2 * T]], axis=0)
     n = halves.shape[1]
-    within = jnp.mean(jnp.var(halves, axis=1, ddof=1))
-    between_over_n = jnp.var(jnp.mean(halves, axis=1), ddof=1)
+    H = halves.shape[0]
+    within = chain_sum(jnp.var(halves, axis=1, ddof=1)) / H
+    means_H = jnp.mean(halves, axis=1)
+    between_over_n = chain_sum((means_H - chain_sum(means_H) / H) ** 2) / (H - 1)
     var_plus = (n - 1) / n * within + between_over_n
     return jnp.sqrt(var_plus / jnp.where(within > 0, within, 1.0))
 
@@ -49,7 +80,8 @@ def _split_r_hat(x_CxT):
 def statistics(x_CxT) -> Stats:
     """Statistics of samples laid out as C chains of T consecutive samples.
 
-    The mean and variance are plain means over the global array. The error of the mean is
+    Every reduction over chains is a `chain_sum` of per-chain partials, so the statistics are
+    bitwise the same on every layout of the chains over devices. The error of the mean is
     sqrt(var / (C*T) * (1 + 2 tau)) with tau the integrated autocorrelation time of the
     real part; this is the error of independent samples when tau = 0.
 
@@ -59,8 +91,8 @@ def statistics(x_CxT) -> Stats:
     Returns:
         Stats with real scalars except `mean`, which keeps the dtype of x.
     """
-    mean = jnp.mean(x_CxT)
-    variance = jnp.mean(jnp.abs(x_CxT - mean) ** 2)
+    mean = chain_mean(x_CxT)
+    variance = chain_mean(jnp.abs(x_CxT - mean) ** 2)
     real_CxT = jnp.real(x_CxT)
     tau = _autocorrelation_time(real_CxT)
     n = x_CxT.size

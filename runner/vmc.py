@@ -1,8 +1,10 @@
 """The VMC core, written once in the global view.
 
 Samples carry a leading chain axis C (sharded over the mesh by the caller's shardings);
-parameters and statistics are replicated; every mean is a plain `jnp.mean` over the global
-array, so the partitioner inserts the cross-device reduction and no backend has its own path.
+parameters and statistics are replicated. Every sum over samples is taken per chain and the C
+partials combined in a fixed order (`runner.stats.chain_sum`), never by a reduction over the
+sharded axis (whose all-reduce order depends on the layout): a run gives the same bits on one
+device, several, or several processes, and no backend has its own path.
 """
 
 import dataclasses
@@ -17,7 +19,7 @@ from jax.flatten_util import ravel_pytree
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, from_products
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
-from runner.stats import statistics
+from runner.stats import chain_mean, chain_sum, statistics
 
 
 class VMCState(NamedTuple):
@@ -189,40 +191,89 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     )
 
 
+def _accumulate_over_samples(fn, sigma_CxTxN, w_CxT, chunk_per_chain):
+    """sum over chunks of fn(sigma [C, t, N], w [C, t]) -> per-chain partials [C, ...], the
+    chunks (`chunk_per_chain` samples of every chain) added one after another in order."""
+    C, T = sigma_CxTxN.shape[:2]
+    if chunk_per_chain is None or chunk_per_chain >= T:
+        return fn(sigma_CxTxN, w_CxT)
+    n = T // chunk_per_chain
+    sigma_nxCxtxN = jnp.swapaxes(sigma_CxTxN.reshape(C, n, chunk_per_chain, -1), 0, 1)
+    w_nxCxt = jnp.swapaxes(w_CxT.reshape(C, n, chunk_per_chain), 0, 1)
+    add = lambda acc, block: (jax.tree_util.tree_map(jnp.add, acc, fn(*block)), None)  # noqa: E731
+    return jax.lax.scan(add, fn(sigma_nxCxtxN[0], w_nxCxt[0]), (sigma_nxCxtxN[1:], w_nxCxt[1:]))[0]
+
+
+def _block_products(problem: Problem, params, mode):
+    """sigma [C, t, N] -> (jvp: v_P -> d log psi [C, t], transpose: c [C, t] -> the per-chain
+    sums sum_t c_ct O_ct [C, P], no conjugation) for a block of samples, with whatever the
+    products share (the model's tables, or jax.linearize's residuals) computed once per block."""
+    flat, to_params, f = _flat_logpsi(problem, params, mode)
+    cls = type(problem.model)
+    if mode != "split" and hasattr(cls, "jacobian_products"):
+        def products(sigma_CxtxN):
+            model_jvp, model_transpose = cls.jacobian_products(params, sigma_CxtxN)
+            # ravel_pytree's order per chain: vmap the flattening over the leading chain axis.
+            ravel_C = jax.vmap(lambda tree: ravel_pytree(tree)[0])
+            return lambda v: model_jvp(to_params(v)), lambda c: ravel_C(model_transpose(c))
+        return products
+
+    def products(sigma_CxtxN):
+        # A copy of the parameters per chain, so the transpose gives per-chain sums.
+        flat_CxP = jnp.broadcast_to(flat, (sigma_CxtxN.shape[0], flat.shape[0]))
+        _, lin = jax.linearize(lambda u_CxP: jax.vmap(f)(u_CxP, sigma_CxtxN), flat_CxP)
+        lin_T = jax.linear_transpose(lin, flat_CxP)
+        return lambda v: lin(jnp.broadcast_to(v, flat_CxP.shape)), lambda c: lin_T(c)[0]
+    return products
+
+
 def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
     """The centred, scaled log-derivatives Obar = (O - <O>) / sqrt(N_s) of the samples, both
     as a dense matrix (built only if a preconditioner asks) and as products with vectors
-    (a forward and a transposed derivative of log psi over the batch, O never formed)."""
-    n_samples = sigma_CxTxN.shape[0] * sigma_CxTxN.shape[1]
-    sigma_SxN = sigma_CxTxN.reshape(n_samples, -1)
+    (a forward and a transposed derivative of log psi over the batch, O never formed).
+
+    Every sum over samples is taken per chain and the chains combined by `chain_sum`, so the
+    products are bitwise the same on every layout. With `chunk_size` the products go
+    `chunk_per_chain` samples of every chain at a time, recomputing what they share for each
+    chunk (memory bounded by the chunk; the transpose adds the chunks' partials in order);
+    without, that is computed once for the whole batch.
+    """
+    C, T = sigma_CxTxN.shape[:2]
+    n_samples = C * T
 
     def dense():
-        O_SxP = log_derivatives(problem, params, sigma_CxTxN, mode).reshape(n_samples, -1)
-        Obar_SxP = (O_SxP - jnp.mean(O_SxP, axis=0)) / jnp.sqrt(n_samples)
+        O_CxTxP = log_derivatives(problem, params, sigma_CxTxN, mode)
+        Obar_SxP = ((O_CxTxP - chain_mean(O_CxTxP)) / jnp.sqrt(n_samples)).reshape(n_samples, -1)
         # Materialise the transpose: left to itself XLA folds it into the products that
         # follow and picks a layout about 2x slower on CPU.
         return jax.lax.optimization_barrier(Obar_SxP.T)
 
-    flat, to_params, f = _flat_logpsi(problem, params, mode)
-    if mode != "split" and hasattr(type(problem.model), "jacobian_products"):
-        # The model's own products (in its parameter pytree), on flat vectors.
-        model_jvp, model_transpose = type(problem.model).jacobian_products(params, sigma_SxN)
-        out_dtype = jax.eval_shape(f, flat, sigma_SxN).dtype
-        jvp = lambda v: model_jvp(to_params(v))  # noqa: E731
-        transpose = lambda c: ravel_pytree(model_transpose(c))[0]  # noqa: E731
+    flat, _, f = _flat_logpsi(problem, params, mode)
+    out_dtype = jax.eval_shape(f, flat, sigma_CxTxN[0]).dtype
+    products = _block_products(problem, params, mode)
+    chunk = problem.chunk_per_chain
+    if chunk is None or chunk >= T:
+        jvp_CxT, transpose_CxP = products(sigma_CxTxN)
     else:
-        logpsi_S, jvp = jax.linearize(lambda v: f(v, sigma_SxN), flat)
-        out_dtype = logpsi_S.dtype
-        linear_transpose = jax.linear_transpose(jvp, flat)
-        transpose = lambda c: linear_transpose(c)[0]  # noqa: E731
-    centre = lambda y: ((y - jnp.mean(y)) / jnp.sqrt(n_samples)).astype(out_dtype)  # noqa: E731
-    return from_products(dense, lambda v: centre(jvp(v)), lambda w: transpose(centre(w)),
-                         out_dtype, n_samples, mode)
+        jvp_CxT = lambda v: map_over_samples(lambda s: products(s)[0](v), sigma_CxTxN, chunk)  # noqa: E731
+        transpose_CxP = lambda c_CxT: _accumulate_over_samples(  # noqa: E731
+            lambda s, c: products(s)[1](c), sigma_CxTxN, c_CxT, chunk)
+
+    def centre(y_CxT):
+        return ((y_CxT - chain_mean(y_CxT)) / jnp.sqrt(n_samples)).astype(out_dtype)
+
+    return from_products(
+        dense,
+        lambda v: centre(jvp_CxT(v)).reshape(n_samples),
+        lambda w: chain_sum(transpose_CxP(centre(w.reshape(C, T)))),
+        out_dtype, n_samples, mode, n_chains=C,
+    )
 
 
 def energy_and_update(problem: Problem, params, sigma_CxTxN, solver):
-    """Statistics of E_loc, the preconditioned gradient as a parameter pytree, and the
-    preconditioner's next state (`solver`: its state from the previous step).
+    """Statistics of E_loc, the preconditioned gradient as a parameter pytree, the
+    preconditioner's next state (`solver`: its state from the previous step) and its info
+    (a dict of scalars for the metrics: CG's iterations and residual; {} for direct solvers).
 
     Gradient convention (NetKet 3.23's, so learning rates transfer): dE/dtheta = 2 Re<O* (E_loc - E)>
     for real parameters; dE/dx + i dE/dy = 2 <O* (E_loc - E)> for complex z = x + i y, so a
@@ -234,11 +285,11 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, solver):
     jac = jacobian(problem, params, sigma_CxTxN, mode)
     n_samples = eloc_CxT.size
     eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
-    solution_P, solver = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver)
+    solution_P, solver, info = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver)
     flat, unravel = ravel_pytree(params)
     # In split coordinates the solution is (dE/dx, dE/dy); the update is dE/dx + i dE/dy.
     update_P = from_split(solution_P) if mode == "split" else solution_P
-    return stats, unravel(update_P.astype(flat.dtype)), solver
+    return stats, unravel(update_P.astype(flat.dtype)), solver, info
 
 
 def vmc_step(problem: Problem, state: VMCState):
@@ -246,16 +297,17 @@ def vmc_step(problem: Problem, state: VMCState):
 
     Returns:
         (new_state, metrics): metrics are replicated scalars describing the parameters
-        *before* the update (the energy the samples estimate).
+        *before* the update (the energy the samples estimate), and the preconditioner's info
+        (`cg_iters`, `cg_residual` when SR solves with CG).
     """
     chains, sigma_CxTxN, acceptance = sample(
         problem.sampler, problem.amplitude, state.params, state.chains
     )
-    stats, grads, solver = energy_and_update(problem, state.params, sigma_CxTxN, state.solver)
+    stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver)
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new_state = VMCState(params, opt_state, chains, state.step + 1, solver)
-    return new_state, _metrics(stats, acceptance)
+    return new_state, {**_metrics(stats, acceptance), **info}
 
 
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):

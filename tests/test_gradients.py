@@ -199,7 +199,7 @@ def test_ritz_basis_from_cg_finds_the_top_eigenpairs(mode):
     A = lambda x: jac.rmatvec(jac.matvec(x)) + shift * x  # noqa: E731
     F = precond.force(jac, eps, mode)
     zeros = jnp.zeros((60, 0), F.dtype)
-    _, record = precond._pcg(A, F, jnp.zeros_like(F), zeros, jnp.zeros(0), 1e-12, 1000, 24)
+    _, record, _, _ = precond._pcg(A, F, jnp.zeros_like(F), zeros, jnp.zeros(0), 1e-12, 1000, 24)
     basis, scale = precond._ritz(record, 6)
     w, V = np.linalg.eigh(A_dense)
     U = np.asarray(basis)
@@ -225,7 +225,7 @@ def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
     for step in range(7):
         drift, eps = _random_jacobian(10 + step, 80, 300, mode)
         Obar = Obar0 + 0.2 * drift
-        x, state = update(Obar, eps, state)
+        x, state, info = update(Obar, eps, state)
         expected = dense(precond.from_dense(Obar, mode), eps, mode)
         np.testing.assert_allclose(np.asarray(x), np.asarray(expected), rtol=1e-8, atol=1e-10)
         assert int(state.age) == step + 1
