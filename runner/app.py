@@ -1,10 +1,12 @@
 """One VMC run from a composed config: the only module besides the entry point that sees Hydra."""
 
+import contextlib
 import functools
 import json
 import logging
 import math
 import os
+import re
 import statistics as pystats
 import sys
 import time
@@ -14,12 +16,13 @@ import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from runner import checkpoint, parallel
+from runner import checkpoint, health, parallel
 from runner.build import Experiment, build
 from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
-from runner.preemption import EXIT_PREEMPTED, StopRequest
+from runner.preemption import StopRequest, exit_status
+from runner.sampler import ExactSampler
 from runner.vmc import estimate, init_state, vmc_step
 
 log = logging.getLogger(__name__)
@@ -32,15 +35,21 @@ WARMUP_STEPS = 2  # excluded from seconds_per_iter
 def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
     """Runs the experiment described by `cfg` in `run_dir` (Hydra's output directory).
 
-    A bad config value prints one sentence and exits with status 2 before anything compiles.
+    A bad config value prints one sentence and exits with status 2 before anything compiles;
+    in a multirun it is recorded as the point's failure (summary.json, status `failed`) and
+    the sweep goes on. A stop signal (SIGTERM, SIGUSR2, Ctrl-C) is honoured from the moment the
+    config is valid: the run stops at the next step boundary (exit 3, or 130 for Ctrl-C).
 
     Returns:
         The summary dict (also written to summary.json).
     """
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     config = OmegaConf.to_container(cfg, resolve=True)
+    from_hydra = run_dir is None
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    multirun = from_hydra and HydraConfig.get().mode == RunMode.MULTIRUN
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU found" noise
     try:
         experiment = build(config)
@@ -49,24 +58,95 @@ def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
         parallel.check_chains(experiment.problem.sampler.n_chains, layout)
     except ConfigError as err:
         print(f"Config error: {err.sentence()}", file=sys.stderr)
+        if multirun:
+            return _write_config_failure(run_dir, err)
+        if from_hydra:
+            _remove_if_new(run_dir)
         sys.exit(2)
     except parallel.DistributedInitError as err:
         print(err, file=sys.stderr)
         sys.exit(1)
     _quiet_other_ranks()
+    with StopRequest() as stop:  # before any heavy work (exact energy, compilation)
+        log.info("run directory: %s", run_dir.resolve())
+        try:
+            _header(experiment, layout, config)
+            return execute(experiment, layout, run_dir, stop=stop)
+        except Exception as err:
+            # Every rank reports its own failure: launchers often show only rank 0's.
+            log.exception("process %d of %d failed", jax.process_index(), jax.process_count())
+            if _is_writer():
+                _write_failure(run_dir, err)
+            if jax.process_count() > 1:
+                # Hydra would catch the error and let this task exit 0 while its peers wait in a
+                # collective; exiting now lets the launcher (KillOnBadExit) end the step at once.
+                logging.shutdown()
+                os._exit(1)
+            raise
+
+
+def _describe(group: dict) -> str:
+    """`chain(L=8, pbc=True)` from a config group: the constructor and its keys."""
+    group = dict(group)
+    name = str(group.pop("_target_", group.pop("name", "?"))).rpartition(".")[2]
+    return f"{name}(" + ", ".join(f"{k}={v}" for k, v in group.items() if v is not None) + ")"
+
+
+def _header(experiment: Experiment, layout: parallel.Layout, config: dict):
+    """The start-up header: what is about to run, before any heavy work."""
+    hilbert, settings = experiment.hilbert, experiment.settings
+    sigma_N = jax.ShapeDtypeStruct((hilbert.n_sites,), jnp.int8)
+    params = jax.eval_shape(experiment.problem.model.init, jax.random.PRNGKey(0), sigma_N)["params"]
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
+    sampler = experiment.problem.sampler
+    lines = [
+        f"lattice: {_describe(config['hilbert'])}: {hilbert.n_sites} sites, {len(hilbert.bonds)} bonds, "
+        f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states",
+        f"hamiltonian: {_describe(config['hamiltonian'])}",
+        f"model: {_describe(config['model'])}: {n_params} parameters",
+        f"sampler: {_describe(config['sampler'])}: {sampler.n_samples} samples over {sampler.n_chains} chains",
+        f"optimizer: {_describe(config['optimizer'])}; preconditioner: {_describe(config['preconditioner'])}",
+        f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "
+        f"{jax.process_count()} process(es), {layout.n_devices} device(s) ({jax.devices()[0].platform})",
+        f"steps: {settings.n_iter}, checkpoint every {settings.checkpoint_every}, seed {settings.seed}",
+    ]
+    for line in lines:
+        log.info(line)
+
+
+# app is imported by runner.cli before Hydra composes the config and creates the run directory
+_LOADED = time.time()
+
+
+def _remove_if_new(run_dir: Path):
+    """Removes a run directory this process created and nothing but Hydra wrote to.
+
+    A config error leaves `.hydra/` and an empty log behind; a directory that existed before
+    (a resumed run's, a user's) is older than this process or holds other files, and stays.
+    """
+    import shutil
+
     try:
-        return execute(experiment, layout, run_dir)
-    except Exception as err:
-        # Every rank reports its own failure: launchers often show only rank 0's.
-        log.exception("process %d of %d failed", jax.process_index(), jax.process_count())
-        if _is_writer():
-            _write_failure(run_dir, err)
-        if jax.process_count() > 1:
-            # Hydra would catch the error and let this task exit 0 while its peers wait in a
-            # collective; exiting now lets the launcher (KillOnBadExit) end the step at once.
-            logging.shutdown()
-            os._exit(1)
-        raise
+        entries = list(run_dir.iterdir())
+        hydra_files = {p.name for p in (run_dir / ".hydra").iterdir()} if (run_dir / ".hydra").is_dir() else set()
+        only_hydra = all(p.name == ".hydra" or (p.suffix == ".log" and p.stat().st_size == 0) for p in entries)
+        created_here = run_dir.stat().st_ctime >= _LOADED and (run_dir / ".hydra").stat().st_ctime >= _LOADED
+        if only_hydra and created_here and hydra_files <= {"config.yaml", "hydra.yaml", "overrides.yaml"}:
+            shutil.rmtree(run_dir)
+            parent = run_dir.parent  # outputs/DATE of the default outputs/DATE/TIME, now empty
+            if re.fullmatch(r"\d{4}-\d{2}-\d{2}", parent.name) and not any(parent.iterdir()):
+                parent.rmdir()
+    except OSError:  # a directory we cannot read or remove is left as it is
+        pass
+
+
+def _write_config_failure(run_dir: Path, err: ConfigError) -> dict:
+    """A multirun point with a bad config: recorded as failed so the rest of the sweep runs."""
+    summary = {"status": "failed", "reason": f"config error: {err.sentence()}",
+               "error": f"ConfigError: {err.sentence()}"}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 def _quiet_other_ranks():
@@ -79,7 +159,8 @@ def _quiet_other_ranks():
 def _write_failure(run_dir: Path, err: Exception):
     path = run_dir / SUMMARY
     summary = json.loads(path.read_text()) if path.exists() else {}
-    summary.update(status="failed", error=f"{type(err).__name__}: {err}".splitlines()[0][:500])
+    error = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+    summary.update(status="failed", error=error, reason=error)
     path.write_text(json.dumps(summary, indent=2) + "\n")
 
 
@@ -137,8 +218,13 @@ def _progress(n_iter, start):
     return tqdm(total=n_iter, initial=start, disable=None, file=sys.stderr, dynamic_ncols=True)
 
 
-def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> dict:
-    """The run loop: init or resume, step, log, checkpoint, estimate, summarise."""
+def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
+            stop: StopRequest | None = None) -> dict:
+    """The run loop: init or resume, step, log, checkpoint, estimate, summarise.
+
+    `stop` is the caller's installed StopRequest (signals received during the set-up count);
+    without one, handlers are installed from compilation on.
+    """
     settings, problem = experiment.settings, experiment.problem
     wall_start = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -167,21 +253,26 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
         log.info("resumed from checkpoint at step %d", start)
     metrics_log = MetricsLog(run_dir / METRICS, start, started=wall_start)
 
-    t = time.perf_counter()
-    step_fn = (
-        jax.jit(
-            functools.partial(vmc_step, problem),
-            in_shardings=(shardings,),
-            out_shardings=(shardings, layout.replicated),
-        )
-        .lower(state)
-        .compile()
-    )
-    compile_seconds = time.perf_counter() - t
-
-    with StopRequest() as stop:
-        state, status, step_times = _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop)
-        final = {}
+    with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
+        compile_seconds, step_times, final = None, [], {}
+        if stop.requested():  # during the set-up: nothing to compile, no new checkpoint
+            status = stop.status
+            reason = f"{stop.describe()} received before the first step"
+            log.warning("%s; stopping", reason)
+        else:
+            t = time.perf_counter()
+            step_fn = (
+                jax.jit(
+                    functools.partial(vmc_step, problem),
+                    in_shardings=(shardings,),
+                    out_shardings=(shardings, layout.replicated),
+                )
+                .lower(state)
+                .compile()
+            )
+            compile_seconds = time.perf_counter() - t
+            state, status, reason, step_times = _optimize(step_fn, state, start, settings, run_dir,
+                                                          metrics_log, stop)
         if status == "completed":
             _save(run_dir, state, _checkpoint_meta(settings, settings.n_iter))
             est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds),
@@ -193,17 +284,29 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path) -> d
                            pystats.median(timed) if timed else None, compile_seconds,
                            step_times[0] if step_times else None,
                            time.perf_counter() - wall_start, metrics_log.records)
+        summary["reason"] = reason
+        # judged on completed runs only: a stopped run has no final estimate to judge
+        summary["warnings"] = health.check(summary, metrics_log.records,
+                                           metropolis=not isinstance(problem.sampler, ExactSampler),
+                                           cg_maxiter=_cg_maxiter(problem)) if status == "completed" else []
         if _is_writer():
             (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
             plot_energy(metrics_log.records, exact_energy, run_dir / "energy.png")
         _report(summary)
-        if status == "preempted":
+        if status in ("preempted", "interrupted"):
             stop.hand_over()  # under submitit: requeues the job (and exits)
     if status == "failed":
         sys.exit(1)
-    if status == "preempted":
-        sys.exit(EXIT_PREEMPTED)
+    if status in ("preempted", "interrupted"):
+        sys.exit(exit_status(status))
     return summary
+
+
+def _cg_maxiter(problem) -> int | None:
+    """The SR solver's CG iteration limit (None without CG): the health check's reference."""
+    update = problem.precondition.update
+    keywords = getattr(update, "keywords", {})  # sr() binds its settings with functools.partial
+    return keywords.get("maxiter") if keywords.get("solver") in ("cg", "auto") else None
 
 
 def _checkpoint_meta(settings, step):
@@ -214,12 +317,15 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
     """Steps from `start` to `n_iter`, logging metrics and checkpointing.
 
     Stops early on a non-finite energy ("failed", the state of the last step is dropped)
-    or a stop signal ("preempted", after saving a checkpoint at the current step).
+    or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
+    the current step).
 
     Returns:
-        (state, status, step_times)
+        (state, status, reason, step_times); `reason` says why a run did not complete (None if it did).
     """
-    status, step_times, last_good = "completed", [], start
+    status, reason, step_times = "completed", None, []
+    # the step of the newest checkpoint this run can fall back on (a resumed run's is `start`)
+    last_good = start if start > 0 else None
     bar = _progress(settings.n_iter, start)
     log_every = max(1, settings.n_iter // 10)
     # Metrics are read one step late: step k+1 is dispatched before step k's metrics are
@@ -239,9 +345,10 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
         record["wall_time"] = metrics_log.elapsed()
         metrics_log.append(record)
         if record["energy"] is None:
-            status = "failed"
-            log.error("energy is %s at step %d; stopping, last good checkpoint is step %d",
-                      metrics["energy"], step, last_good)
+            status, reason = "failed", f"energy is {float(metrics['energy'])} at step {step}"
+            kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
+                    else "no checkpoint was written (the run starts over when run again)")
+            log.error("%s; stopping, %s", reason, kept)
             break
         state = new_state
         bar.update(1)
@@ -252,15 +359,16 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
         if step + 1 == settings.n_iter:
             break
         if stop.requested():
-            status = "preempted"
-            log.warning("stop signal received: saving a checkpoint at step %d", step + 1)
+            status = stop.status
+            reason = f"{stop.describe()} received; stopped at step {step + 1} after saving a checkpoint"
+            log.warning("%s received: saving a checkpoint at step %d", stop.describe(), step + 1)
             _save(run_dir, state, _checkpoint_meta(settings, step + 1))
             break
         if (step + 1) % settings.checkpoint_every == 0:
             _save(run_dir, state, _checkpoint_meta(settings, step + 1))
             last_good = step + 1
     bar.close()
-    return state, status, step_times
+    return state, status, reason, step_times
 
 
 def _completed_summary(run_dir, settings):
@@ -329,3 +437,7 @@ def _report(summary):
         lines.append(f"time per iteration: {1e3 * summary['seconds_per_iter']:.2f} ms; compile {summary['compile_seconds']:.2f} s; wall {summary['wall_seconds']:.1f} s")
     for line in lines:
         log.info(line)
+    if summary.get("reason"):
+        log.warning("%s: %s", summary["status"], summary["reason"])
+    for warning in summary.get("warnings", []):
+        log.warning("health warning [%s]: %s", warning["name"], warning["message"])

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from runner.parallel import configure_runtime
+from runner.preemption import EXIT_INTERRUPTED
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -55,12 +56,13 @@ def main():
 
     from runner import app
 
-    entered = []
+    entered, results = [], []
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
     def _main(cfg):
         entered.append(True)
-        return app.run(cfg)
+        results.append(app.run(cfg))
+        return results[-1]
 
     try:
         _main()
@@ -70,3 +72,10 @@ def main():
         if exc.code == 1 and not entered:
             sys.exit(2)
         raise
+    except KeyboardInterrupt:
+        # a second Ctrl-C: the first one asked for a checkpoint at the next step boundary
+        print("Interrupted again: stopped at once, without a checkpoint of the current step.", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    if any(isinstance(r, dict) and r.get("status") == "failed" for r in results):
+        # a multirun recorded a point's config error and went on with the rest of the sweep
+        sys.exit(2)
