@@ -3,6 +3,7 @@
 import dataclasses
 import importlib
 import inspect
+import logging
 from typing import Any
 
 import jax.numpy as jnp
@@ -108,6 +109,31 @@ def _check_chunk(chunk_size, sampler):
         )
 
 
+def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
+    """Refuses the exchange sampler for an H that does not conserve Sz and `exact: true`
+    beyond the available memory; warns when real parameters meet a non-stoquastic H."""
+    from runner import exact, operators
+
+    if str(config["sampler"].get("_target_", "")).endswith("metropolis_exchange") and not operators.conserves_sz(hamiltonian):
+        raise ConfigError(
+            "sampler", "metropolis_exchange conserves Sz, which this Hamiltonian does not; use sampler=metropolis_local or sampler=exact"
+        )
+    if settings.exact is True:
+        need, have = exact.required_bytes(hilbert), exact.available_bytes()
+        if have is not None and need > have:
+            raise ConfigError(
+                "exact",
+                f"true needs about {need / 2**30:.3g} GiB for the {hilbert.n_states} basis states of this "
+                f"lattice but {have / 2**30:.3g} GiB is available; use exact=false or exact=auto",
+            )
+    if dtype_name in ("float32", "float64") and not operators.is_stoquastic(hamiltonian):
+        logging.warning(
+            "dtype=%s gives a real, sign-free wavefunction, but this Hamiltonian is not stoquastic "
+            "(positive or complex off-diagonal elements), so its ground state may have signs it cannot represent; "
+            "consider dtype=complex128", dtype_name,
+        )
+
+
 def build(config: dict) -> Experiment:
     """Validates the whole config and builds the experiment. Touches no device.
 
@@ -123,6 +149,7 @@ def build(config: dict) -> Experiment:
     param_dtype, x64 = DTYPES[dtype_name]
     hilbert = instantiate("hilbert", config["hilbert"])
     hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
+    _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
     model = instantiate("model", config["model"], param_dtype=param_dtype)
     sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
     optimizer_cfg = config["optimizer"]

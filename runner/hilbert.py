@@ -14,13 +14,20 @@ class Hilbert(NamedTuple):
 
     Attributes:
         n_sites: number of sites N.
-        bonds: int array [B, 2], nearest-neighbour pairs (i < j, no duplicates).
-        next_bonds: int array [B2, 2], next-nearest neighbours (distance 2 on a chain,
-            diagonals on a square lattice).
-        sublattice: int array [N] with 0/1 for a bipartite lattice, or None.
+        bonds: int32 [B, 2], the first distance shell of the infinite lattice (i < j, sorted).
+        next_bonds: int32 [B2, 2], the second distance shell (i < j, sorted).
+        sublattice: int32 [N] with 0/1 for a bipartite bond graph, or None.
         total_sz: None (no constraint) or the total S^z in units of hbar (sum of s_i/2).
-        shape: lattice extents, e.g. (L,) or (Lx, Ly).
+        shape: unit cells per direction, (L,) or (Lx, Ly); (N,) for a graph.
         pbc: periodic boundaries.
+        positions: float [N, d], site coordinates.
+        translations: int32 [T, N], row t maps site i to the site it moves to under
+            lattice translation t (all Lx * Ly translations of the torus with pbc, the
+            identity only without; row 0 is the identity).
+        momenta: float [M, d], the wave vectors q = m1/Lx b1 + m2/Ly b2 of the torus
+            (b the reciprocal vectors, b_i . a_j = 2 pi delta_ij), also for open boundaries.
+        next_bonds_issue: why `next_bonds` cannot carry a coupling on this (too small
+            periodic) lattice, or None.
     """
 
     n_sites: int
@@ -30,6 +37,10 @@ class Hilbert(NamedTuple):
     total_sz: float | None
     shape: tuple
     pbc: bool
+    positions: np.ndarray
+    translations: np.ndarray
+    momenta: np.ndarray
+    next_bonds_issue: str | None = None
 
     @property
     def n_up(self) -> int | None:
@@ -89,65 +100,243 @@ def _bipartite_coloring(n_sites, bonds):
     return color
 
 
-def _make(shape, bonds, next_bonds, pbc, total_sz):
-    n_sites = int(np.prod(shape))
-    bonds = _unique_bonds(bonds)
+_S3 = math.sqrt(3.0) / 2
+# Primitive vectors (rows) and basis positions of each Bravais lattice.
+_GEOMETRY = {
+    "chain": (np.array([[1.0]]), np.array([[0.0]])),
+    "square": (np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.0, 0.0]])),
+    "triangular": (np.array([[1.0, 0.0], [0.5, _S3]]), np.array([[0.0, 0.0]])),
+    "honeycomb": (np.array([[1.0, 0.0], [0.5, _S3]]), np.array([[0.0, 0.0], [0.5, _S3 / 3]])),
+    "kagome": (np.array([[1.0, 0.0], [0.5, _S3]]), np.array([[0.0, 0.0], [0.5, 0.0], [0.25, _S3 / 2]])),
+}
+
+
+def _shell_offsets(vectors, basis):
+    """Per basis site b, the (b2, cell offset, shell) of its first two distance shells on the
+    infinite lattice, shell 0 = nearest."""
+    d = vectors.shape[0]
+    cells = list(itertools.product(range(-3, 4), repeat=d))
+    found = []
+    for b, rb in enumerate(basis):
+        for b2, rb2 in enumerate(basis):
+            for cell in cells:
+                dist = np.linalg.norm(np.asarray(cell) @ vectors + rb2 - rb)
+                if dist > 1e-9:
+                    found.append((round(dist, 9), b, b2, cell))
+    d1, d2 = sorted({f[0] for f in found})[:2]
+    offsets = [[] for _ in basis]
+    for dist, b, b2, cell in found:
+        if dist in (d1, d2):
+            offsets[b].append((b2, cell, 0 if dist == d1 else 1))
+    return offsets
+
+
+def _build_lattice(kind, extents, pbc, total_sz, size_keys):
+    """Sites, shells, translations and momenta of `kind` on `extents` unit cells.
+
+    Periodic images: a pair joined through several images within one shell is one bond.
+    A site that is its own nearest neighbour through the boundary is refused; a site that
+    is its own second neighbour, or a pair in both shells, leaves `next_bonds_issue` set.
+    """
+    vectors, basis = _GEOMETRY[kind]
+    nb, d = len(basis), vectors.shape[0]
+    extents = tuple(extents)
+    cells = list(itertools.product(*(range(e) for e in extents)))
+
+    def index(cell, b):
+        flat = 0
+        for c, e in zip(cell, extents):
+            flat = flat * e + c
+        return flat * nb + b
+
+    shells = (set(), set())
+    self_images = [None, None]
+    for cell in cells:
+        for b, offsets in enumerate(_shell_offsets(vectors, basis)):
+            i = index(cell, b)
+            for b2, delta, shell in offsets:
+                target = [c + o for c, o in zip(cell, delta)]
+                if pbc:
+                    target = [t % e for t, e in zip(target, extents)]
+                elif any(not 0 <= t < e for t, e in zip(target, extents)):
+                    continue
+                j = index(target, b2)
+                if j == i:
+                    axis = next(a for a, o in enumerate(delta) if o)
+                    self_images[shell] = self_images[shell] or (i, size_keys[axis])
+                else:
+                    shells[shell].add((min(i, j), max(i, j)))
+    if self_images[0]:
+        site, key = self_images[0]
+        raise ConfigError(
+            key, f"is too small with pbc=true: site {site} would be its own nearest neighbour through the boundary"
+        )
+    issue = None
+    if self_images[1]:
+        issue = f"site {self_images[1][0]} is its own next-nearest neighbour through the periodic boundary"
+    elif shells[0] & shells[1]:
+        pair = min(shells[0] & shells[1])
+        issue = f"the pair {pair} is both a nearest and a next-nearest neighbour through the periodic boundary"
+    positions = np.array([np.asarray(cell) @ vectors + rb for cell in cells for rb in basis]).reshape(-1, d)
+    n_sites = len(positions)
+    if pbc:
+        moves = cells
+    else:
+        moves = [tuple(0 for _ in extents)]
+    translations = np.array(
+        [[index([(c + m) % e for c, m, e in zip(cell, move, extents)], b) for cell in cells for b in range(nb)]
+         for move in moves],
+        np.int32,
+    )
+    reciprocal = 2 * np.pi * np.linalg.inv(vectors).T
+    momenta = np.array([(np.asarray(m) / np.asarray(extents)) @ reciprocal for m in cells]).reshape(-1, d)
+    bonds = _unique_bonds(shells[0])
     return Hilbert(
         n_sites=n_sites,
         bonds=bonds,
-        next_bonds=_unique_bonds(next_bonds),
+        next_bonds=_unique_bonds(shells[1]),
         sublattice=_bipartite_coloring(n_sites, bonds),
         total_sz=_check_total_sz(n_sites, total_sz),
-        shape=tuple(shape),
+        shape=extents,
         pbc=pbc,
+        positions=positions,
+        translations=translations,
+        momenta=momenta,
+        next_bonds_issue=issue,
     )
 
 
 def chain(L: int, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
-    """A chain of L spins; next-nearest neighbours are at distance 2."""
+    """A chain of L spins, a1 = (1,); next-nearest neighbours are at distance 2.
+
+    Args:
+        L: number of sites (at least 2, at least 3 with pbc).
+        pbc: periodic boundaries. On small rings a pair joined through several periodic
+            images is one bond (L = 4: next_bonds (0, 2), (1, 3)); on L = 3 next_bonds
+            repeat bonds, so Hamiltonians refuse a nonzero coupling on them.
+        total_sz: null, or the fixed total S^z (0 = zero magnetisation).
+    """
     require_int("L", L, minimum=2)
     require_bool("pbc", pbc)
     if pbc and L < 3:
         raise ConfigError("L", f"must be at least 3 with pbc=true (got {L})")
-    wrap = (lambda i: i % L) if pbc else (lambda i: i if i < L else None)
-    nn = [(i, wrap(i + 1)) for i in range(L) if wrap(i + 1) is not None]
-    nnn = [(i, wrap(i + 2)) for i in range(L) if wrap(i + 2) is not None]
-    return _make((L,), nn, nnn, pbc, total_sz)
+    return _build_lattice("chain", (L,), pbc, total_sz, ("L",))
 
 
-def square(
-    L: int | None = None,
-    Lx: int | None = None,
-    Ly: int | None = None,
-    pbc: bool = True,
-    total_sz: float | None = None,
-) -> Hilbert:
-    """An Lx x Ly square lattice (Lx = Ly = L unless given); site index is x * Ly + y."""
+def _planar(kind, L, Lx, Ly, pbc, total_sz, minimum=1):
     Lx = L if Lx is None else Lx
     Ly = L if Ly is None else Ly
     if Lx is None or Ly is None:
         raise ConfigError("L", "must be set (or both Lx and Ly)")
-    require_int("Lx" if Lx is not L else "L", Lx, minimum=2)
-    require_int("Ly" if Ly is not L else "L", Ly, minimum=2)
+    keys = ("L" if L is not None and Lx is L else "Lx", "L" if L is not None and Ly is L else "Ly")
+    require_int(keys[0], Lx, minimum=minimum)
+    require_int(keys[1], Ly, minimum=minimum)
     require_bool("pbc", pbc)
-    if pbc and min(Lx, Ly) < 3:
-        raise ConfigError("L", f"must be at least 3 in each direction with pbc=true (got {Lx}x{Ly})")
+    return _build_lattice(kind, (Lx, Ly), pbc, total_sz, keys)
 
-    def site(x, y):
-        if pbc:
-            return (x % Lx) * Ly + (y % Ly)
-        if 0 <= x < Lx and 0 <= y < Ly:
-            return x * Ly + y
-        return None
 
-    nn, nnn = [], []
-    for x, y in itertools.product(range(Lx), range(Ly)):
-        i = site(x, y)
-        for dx, dy, out in ((1, 0, nn), (0, 1, nn), (1, 1, nnn), (1, -1, nnn)):
-            j = site(x + dx, y + dy)
-            if j is not None:
-                out.append((i, j))
-    return _make((Lx, Ly), nn, nnn, pbc, total_sz)
+_PLANAR_DOC = """An Lx x Ly {kind} lattice (Lx = Ly = L unless given), {geometry}.
+
+    Site index (x * Ly + y) * n_basis + b. bonds / next_bonds are the first / second distance
+    shells with periodic images included; a pair joined through several images within one
+    shell is one bond. A site that would be its own nearest neighbour through the boundary
+    is refused; where a site is its own second neighbour or a pair lies in both shells,
+    `next_bonds_issue` says so and Hamiltonians refuse a nonzero coupling on next_bonds.
+
+    Args:
+        L: unit cells per direction (or Lx and Ly).
+        Lx: unit cells along a1.
+        Ly: unit cells along a2.
+        pbc: periodic boundaries (a torus).
+        total_sz: null, or the fixed total S^z.
+    """
+
+
+def square(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
+    return _planar("square", L, Lx, Ly, pbc, total_sz)
+
+
+def triangular(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
+    return _planar("triangular", L, Lx, Ly, pbc, total_sz)
+
+
+def honeycomb(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
+    return _planar("honeycomb", L, Lx, Ly, pbc, total_sz)
+
+
+def kagome(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
+    return _planar("kagome", L, Lx, Ly, pbc, total_sz)
+
+
+square.__doc__ = _PLANAR_DOC.format(kind="square", geometry="a1 = (1, 0), a2 = (0, 1); 4 and 4 neighbours")
+triangular.__doc__ = _PLANAR_DOC.format(
+    kind="triangular", geometry="a1 = (1, 0), a2 = (1/2, sqrt3/2); 6 and 6 neighbours"
+)
+honeycomb.__doc__ = _PLANAR_DOC.format(
+    kind="honeycomb", geometry="triangular vectors, basis A = 0, B = (a1 + a2)/3; 3 and 6 neighbours"
+)
+kagome.__doc__ = _PLANAR_DOC.format(
+    kind="kagome", geometry="triangular vectors, basis A = 0, B = a1/2, C = a2/2; 4 and 4 neighbours"
+)
+
+
+def _pairs(key, value, n_sites):
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(key, f"must be a list of [i, j] site pairs (got {value!r})")
+    out = []
+    for pair in value:
+        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                or not all(isinstance(s, int) and not isinstance(s, bool) for s in pair)):
+            raise ConfigError(key, f"must be a list of [i, j] site pairs (got {pair!r})")
+        i, j = pair
+        if not (0 <= i < n_sites and 0 <= j < n_sites) or i == j:
+            raise ConfigError(key, f"pair {list(pair)} must join two different sites in 0..{n_sites - 1}")
+        out.append((i, j))
+    return out
+
+
+def graph(
+    n_sites: int,
+    edges: list,
+    next_edges: list | None = None,
+    positions: list | None = None,
+    pbc: bool = True,
+    total_sz: float | None = None,
+) -> Hilbert:
+    """Spins on the sites of an arbitrary graph.
+
+    Args:
+        n_sites: number of sites N.
+        edges: list of [i, j]: the bonds (a repeated pair is one bond).
+        next_edges: list of [i, j]: the next_bonds, or null for none.
+        positions: [N][d] site coordinates, or null (all sites at the origin, d = 1).
+        pbc: kept for a uniform interface; the edges already say what is joined.
+        total_sz: null, or the fixed total S^z.
+    """
+    require_int("n_sites", n_sites, minimum=1)
+    require_bool("pbc", pbc)
+    bonds = _unique_bonds(_pairs("edges", edges, n_sites))
+    next_bonds = _unique_bonds(_pairs("next_edges", next_edges or [], n_sites))
+    if positions is None:
+        coords = np.zeros((n_sites, 1))
+    else:
+        coords = np.asarray(positions, dtype=float) if isinstance(positions, (list, tuple)) else None
+        if coords is None or coords.ndim != 2 or coords.shape[0] != n_sites:
+            raise ConfigError("positions", f"must be a list of {n_sites} coordinate lists of equal length")
+    shared = {tuple(b) for b in bonds} & {tuple(b) for b in next_bonds}
+    return Hilbert(
+        n_sites=n_sites,
+        bonds=bonds,
+        next_bonds=next_bonds,
+        sublattice=_bipartite_coloring(n_sites, bonds),
+        total_sz=_check_total_sz(n_sites, total_sz),
+        shape=(n_sites,),
+        pbc=pbc,
+        positions=coords,
+        translations=np.arange(n_sites, dtype=np.int32)[None, :],
+        momenta=np.zeros((1, coords.shape[1])),
+        next_bonds_issue=f"the pair {min(shared)} is in both edges and next_edges" if shared else None,
+    )
 
 
 def all_states(hilbert: Hilbert) -> np.ndarray:
@@ -166,11 +355,13 @@ def all_states(hilbert: Hilbert) -> np.ndarray:
 
 
 def codes_to_states(codes: np.ndarray, n_sites: int) -> np.ndarray:
+    """int8 [D, N] spins of integer codes [D] (site 0 the most significant bit, 1 = up)."""
     bits = (codes[:, None] >> np.arange(n_sites - 1, -1, -1)) & 1
     return (2 * bits - 1).astype(np.int8)
 
 
 def states_to_codes(states: np.ndarray) -> np.ndarray:
+    """Integer codes [...] of spins [..., N], the inverse of `codes_to_states`."""
     n = states.shape[-1]
     bits = (np.asarray(states) > 0).astype(np.int64)
     return bits @ (1 << np.arange(n - 1, -1, -1, dtype=np.int64))

@@ -37,3 +37,25 @@ def basis_index(states):
     n = states.shape[-1]
     bits = (np.asarray(states) < 0).astype(np.int64)
     return bits @ (1 << np.arange(n - 1, -1, -1))
+
+
+PAULI = {"X": X, "Y": Y, "Z": Z}
+
+
+def dense_pauli(terms, n):
+    """sum_t coeff_t prod_k ops_t[k] on sites_t[k] as a dense [2^n, 2^n] matrix, for terms
+    (coeff, ops, sites); Paulis on a repeated site multiply in the order given."""
+    H = np.zeros((2**n, 2**n), complex)
+    for coeff, ops, sites in terms:
+        P = np.eye(2**n, dtype=complex)
+        for op, site in zip(ops, sites):
+            P = P @ site_op(PAULI[op], site, n)
+        H += coeff * P
+    return H
+
+
+def dense_psi(logpsi_D, states):
+    """The full 2^n vector of amplitudes exp(log psi) given on `states` (zero elsewhere)."""
+    psi = np.zeros(2 ** states.shape[-1], complex)
+    psi[basis_index(states)] = np.exp(np.asarray(logpsi_D))
+    return psi

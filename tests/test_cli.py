@@ -176,7 +176,7 @@ def test_nan_energy_fails_and_keeps_last_good_checkpoint(tmp_path):
     app.execute(experiment, layout, tmp_path)
     saved = (tmp_path / "checkpoint" / "state.npz").read_bytes()
 
-    ham = experiment.hamiltonian._replace(x_coef=np.full_like(experiment.hamiltonian.x_coef, np.nan))
+    ham = experiment.hamiltonian._replace(diag_coef=np.full_like(experiment.hamiltonian.diag_coef, np.nan))
     broken = dataclasses.replace(
         experiment,
         hamiltonian=ham,

@@ -11,24 +11,23 @@ from tests.dense import basis_index, dense_heisenberg, dense_ising
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: (hb.chain(7), lambda h: operators.ising(h, 0.7, 1.3), "ising"),
-        lambda: (hb.square(Lx=2, Ly=4, pbc=False), lambda h: operators.ising(h, 1.0, 3.0), "ising"),
-        lambda: (hb.chain(8), lambda h: operators.heisenberg(h, 1.0, 0.4, False), "heis"),
-        lambda: (hb.chain(8, total_sz=0), lambda h: operators.heisenberg(h, 1.0, 0.4, True), "heis"),
-        lambda: (hb.chain(9, total_sz=0.5), lambda h: operators.heisenberg(h, 1.0, 0.0, False), "heis"),
-        lambda: (hb.square(Lx=2, Ly=3, pbc=False, total_sz=1), lambda h: operators.heisenberg(h, 1.0, 0.3, None), "heis"),
+        lambda: (hb.chain(7), lambda h: operators.ising(h, 0.7, 1.3), lambda h: dense_ising(h.bonds, h.n_sites, 0.7, 1.3)),
+        lambda: (hb.square(Lx=2, Ly=4, pbc=False), lambda h: operators.ising(h, 1.0, 3.0),
+                 lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 3.0)),
+        lambda: (hb.chain(8), lambda h: operators.heisenberg(h, 1.0, 0.4, False),
+                 lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.4)),
+        lambda: (hb.chain(8, total_sz=0), lambda h: operators.heisenberg(h, 1.0, 0.4, True),
+                 lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.4)),
+        lambda: (hb.chain(9, total_sz=0.5), lambda h: operators.heisenberg(h, 1.0, 0.0, False),
+                 lambda h: dense_heisenberg(h.bonds, [], h.n_sites, 1.0, 0.0)),
+        lambda: (hb.square(Lx=2, Ly=3, pbc=False, total_sz=1), lambda h: operators.heisenberg(h, 1.0, 0.3, None),
+                 lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.3)),
     ],
 )
 def test_ground_energy_matches_dense(make):
-    lattice, make_ham, kind = make()
+    lattice, make_ham, make_dense = make()
     ham = make_ham(lattice)
-    n = lattice.n_sites
-    if kind == "ising":
-        H = dense_ising(lattice.bonds, n, -ham.zz_coef[0], -ham.x_coef[0])
-    else:
-        H = dense_heisenberg(lattice.bonds, [], n, ham.zz_coef[0], 0.0)
-        H = dense_heisenberg(lattice.bonds, lattice.next_bonds, n, ham.zz_coef[0],
-                             ham.zz_coef[len(lattice.bonds)] if len(ham.zz_coef) > len(lattice.bonds) else 0.0)
+    H = make_dense(lattice)
     idx = basis_index(hb.all_states(lattice))
     expected = np.linalg.eigvalsh(H[np.ix_(idx, idx)])[0]
     np.testing.assert_allclose(exact.ground_energy(ham, lattice), expected, rtol=1e-10)

@@ -110,6 +110,15 @@ def test_lattice_geometry():
         (lambda: operators.heisenberg(hb.chain(5), sign_rule=True), "sign_rule"),
         (lambda: operators.ising(hb.chain(4, total_sz=0)), "hilbert.total_sz"),
         (lambda: operators.ising(hb.chain(4), h="strong"), "h"),
+        (lambda: operators.heisenberg(hb.triangular(3), sign_rule=True), "sign_rule"),
+        (lambda: operators.heisenberg(hb.chain(3), J2=0.5), "J2"),
+        (lambda: operators.xxz(hb.chain(4), Delta=None), "Delta"),
+        (lambda: operators.pauli(hb.chain(3), [{"coeff": 1.0, "ops": "ZZ", "on": "next_bonds"}]), "terms[0].on"),
+        (lambda: operators.pauli(hb.chain(4), [{"coeff": "1j", "ops": "ZZ", "on": "bonds"}]), "terms"),
+        (lambda: operators.pauli(hb.chain(4), [{"coeff": 1.0, "ops": "ZZ", "on": [[0, 1, 2]]}]), "terms[0].on"),
+        (lambda: operators.pauli(hb.chain(4), [{"coeff": 1.0, "ops": "ZQ", "on": "bonds"}]), "terms[0].ops"),
+        (lambda: operators.pauli(hb.chain(4), [{"coeff": "big", "ops": "Z", "on": "sites"}]), "terms[0].coeff"),
+        (lambda: operators.pauli(hb.chain(4, total_sz=0), [{"coeff": 1.0, "ops": "XZ", "on": "bonds"}]), "hilbert.total_sz"),
     ],
 )
 def test_bad_values_raise_config_error(make, key):
