@@ -255,10 +255,8 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
 
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         compile_seconds, step_times, final = None, [], {}
-        if stop.requested():  # during the set-up: nothing to compile, no new checkpoint
-            status = stop.status
-            reason = f"{stop.describe()} received before the first step"
-            log.warning("%s; stopping", reason)
+        if stop.requested():  # during the set-up: nothing to compile
+            status, reason = _stopped_before_first_step(stop)
         else:
             t = time.perf_counter()
             step_fn = (
@@ -302,6 +300,14 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
     return summary
 
 
+def _stopped_before_first_step(stop: StopRequest) -> tuple[str, str]:
+    """Status and reason of a run stopped before its first step: no new checkpoint (the one
+    that exists, if any, is still this run's latest state)."""
+    reason = f"{stop.describe()} received before the first step"
+    log.warning("%s; stopping", reason)
+    return stop.status, reason
+
+
 def _cg_maxiter(problem) -> int | None:
     """The SR solver's CG iteration limit (None without CG): the health check's reference."""
     update = problem.precondition.update
@@ -331,6 +337,9 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
     # Metrics are read one step late: step k+1 is dispatched before step k's metrics are
     # fetched, so the device never waits for logging. (No buffer donation: the state of
     # step k stays valid for a checkpoint while step k+1 runs.)
+    if start < settings.n_iter and stop.requested():  # during compilation
+        bar.close()
+        return (state, *_stopped_before_first_step(stop), step_times)
     pending = step_fn(state) if start < settings.n_iter else None
     t = time.perf_counter()
     for step in range(start, settings.n_iter):

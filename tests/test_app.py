@@ -93,6 +93,25 @@ def test_sigterm_before_the_first_step_writes_a_preempted_summary(tmp_path):
     assert not (tmp_path / "checkpoint").exists()  # none existed; none is made up
 
 
+def test_a_stop_during_compilation_takes_no_step(tmp_path):
+    import os
+    import types
+
+    from runner import app
+    from runner.preemption import StopRequest
+
+    dispatched = []
+    settings = types.SimpleNamespace(n_iter=5, checkpoint_every=2)
+    metrics_log = app.MetricsLog(tmp_path / "metrics.jsonl", 0, started=time.perf_counter())
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while XLA compiles; seen at the first boundary
+        state, status, reason, step_times = app._optimize(dispatched.append, "initial", 0, settings, tmp_path,
+                                                          metrics_log, stop)
+    assert dispatched == [] and step_times == [] and state == "initial"
+    assert (status, reason) == ("preempted", "SIGTERM received before the first step")
+    assert not (tmp_path / "checkpoint").exists()
+
+
 def nan_run(tmp_path, caplog, overrides):
     from runner import app, parallel
     from runner.build import build
@@ -119,14 +138,16 @@ def test_health_warnings_are_in_the_summary_and_printed(tmp_path, caplog):
     from runner.build import build
     from tests.test_config import compose_config
 
-    # two steps from random parameters: far from the exact energy
-    experiment = build(compose_config([*RUN, "n_iter=2", "exact=true"]))
+    # two steps from random parameters: far from the exact energy; CG allowed 2 iterations a step
+    experiment = build(compose_config([*RUN, "n_iter=2", "exact=true", "preconditioner.solver=cg",
+                                       "preconditioner.cg_maxiter=2"]))
     with caplog.at_level("INFO", logger="runner.app"):
         summary = app.execute(experiment, parallel.make_mesh("single"), tmp_path)
     assert summary["relative_error"] > 0.1
-    assert "relative_error" in [w["name"] for w in summary["warnings"]]
+    names = [w["name"] for w in summary["warnings"]]
+    assert "relative_error" in names and "cg_maxiter" in names, summary["warnings"]
     assert summary_of(tmp_path)["warnings"] == summary["warnings"]
-    assert "health warning [relative_error]" in caplog.text
+    assert "health warning [relative_error]" in caplog.text and "health warning [cg_maxiter]" in caplog.text
 
 
 def test_sweep_records_a_bad_point_as_failed_and_runs_the_rest(tmp_path):
