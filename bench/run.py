@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Side-by-side benchmark: vmc-runner against NetKet (two drivers) on the same cases, interleaved.
 
-Final run (about 25-35 min on 2 cores; writes the side-by-side section of docs/benchmarks.md):
+Final run (writes the side-by-side section of docs/benchmarks.md; about 25-35 min on 2 idle cores,
+45 processes of 15-20 s start-up and compilation each plus the steps; longer on a shared machine):
 
     python bench/run.py --seeds 0 1 2 3 4 --netket-python /work/nkvenv/bin/python --write docs/benchmarks.md
 
