@@ -6,7 +6,7 @@ Final run (writes the side-by-side section of docs/benchmarks.md; about 25-35 mi
 
     python bench/run.py --seeds 0 1 2 3 4 --netket-python /work/nkvenv/bin/python --write docs/benchmarks.md
 
-Quick check of the whole pipeline (a minute or two; prints, writes nothing):
+Quick check of the whole pipeline (a few minutes: 9 short processes; prints, writes nothing):
 
     python bench/run.py --seeds 0 --n-iter 20 --netket-python /work/nkvenv/bin/python
 
