@@ -6,7 +6,6 @@ import json
 import logging
 import math
 import os
-import re
 import statistics as pystats
 import sys
 import time
@@ -32,8 +31,11 @@ SUMMARY = "summary.json"
 WARMUP_STEPS = 2  # excluded from seconds_per_iter
 
 
-def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
+def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict:
     """Runs the experiment described by `cfg` in `run_dir` (Hydra's output directory).
+
+    `new_dirs`: directories that did not exist when the command started; a single run's config
+    error removes its run directory (and new parents) if it is one of them.
 
     A bad config value prints one sentence and exits with status 2 before anything compiles;
     in a multirun it is recorded as the point's failure (summary.json, status `failed`) and
@@ -61,7 +63,7 @@ def run(cfg: DictConfig, run_dir: str | None = None) -> dict:
         if multirun:
             return _write_config_failure(run_dir, err)
         if from_hydra:
-            _remove_if_new(run_dir)
+            _remove_if_new(run_dir, new_dirs)
         sys.exit(2)
     except parallel.DistributedInitError as err:
         print(err, file=sys.stderr)
@@ -114,28 +116,31 @@ def _header(experiment: Experiment, layout: parallel.Layout, config: dict):
         log.info(line)
 
 
-# app is imported by runner.cli before Hydra composes the config and creates the run directory
-_LOADED = time.time()
+def _remove_if_new(run_dir: Path, new_dirs):
+    """Removes a run directory that did not exist before this run and holds only what Hydra wrote
+    (`.hydra/` and an empty log, left by a config error), and its parents that did not either.
 
-
-def _remove_if_new(run_dir: Path):
-    """Removes a run directory this process created and nothing but Hydra wrote to.
-
-    A config error leaves `.hydra/` and an empty log behind; a directory that existed before
-    (a resumed run's, a user's) is older than this process or holds other files, and stays.
+    Args:
+        new_dirs: paths (resolved) that did not exist when the command started (`cli.new_dirs`);
+            any other directory (a resumed run's, a user's) stays.
     """
     import shutil
 
+    run_dir = run_dir.resolve()
     try:
-        entries = list(run_dir.iterdir())
-        hydra_files = {p.name for p in (run_dir / ".hydra").iterdir()} if (run_dir / ".hydra").is_dir() else set()
-        only_hydra = all(p.name == ".hydra" or (p.suffix == ".log" and p.stat().st_size == 0) for p in entries)
-        created_here = run_dir.stat().st_ctime >= _LOADED and (run_dir / ".hydra").stat().st_ctime >= _LOADED
-        if only_hydra and created_here and hydra_files <= {"config.yaml", "hydra.yaml", "overrides.yaml"}:
-            shutil.rmtree(run_dir)
-            parent = run_dir.parent  # outputs/DATE of the default outputs/DATE/TIME, now empty
-            if re.fullmatch(r"\d{4}-\d{2}-\d{2}", parent.name) and not any(parent.iterdir()):
-                parent.rmdir()
+        if run_dir not in new_dirs:
+            return
+        hydra_dir = run_dir / ".hydra"
+        hydra_files = {p.name for p in hydra_dir.iterdir()} if hydra_dir.is_dir() else set()
+        only_hydra = all(p.name == ".hydra" or (p.suffix == ".log" and p.stat().st_size == 0)
+                         for p in run_dir.iterdir())
+        if not (only_hydra and hydra_files <= {"config.yaml", "hydra.yaml", "overrides.yaml"}):
+            return
+        shutil.rmtree(run_dir)
+        parent = run_dir.parent  # outputs/DATE of the default outputs/DATE/TIME, when new and empty
+        while parent in new_dirs and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
     except OSError:  # a directory we cannot read or remove is left as it is
         pass
 

@@ -45,14 +45,35 @@ def run_id(env=None) -> str:
     return time.strftime("%Y-%m-%d/%H-%M-%S")
 
 
+def new_dirs(argv, run_id_value: str, cwd=None) -> set[Path]:
+    """The directories a single run may be given that do not exist yet, with their missing parents.
+
+    Hydra creates the run directory before the run starts; a run that stops at a config error
+    removes it again only if it is one of these (the default `outputs/RUN_ID` or a
+    `hydra.run.dir=` override), so a directory that existed before is never removed.
+    """
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    candidates = [cwd / "outputs" / run_id_value]
+    candidates += [cwd / arg.partition("=")[2] for arg in argv if arg.startswith("hydra.run.dir=")]
+    missing = set()
+    for path in candidates:
+        path = path.resolve()
+        while not path.exists():
+            missing.add(path)
+            path = path.parent
+    return missing
+
+
 def main():
     configure_runtime()
     check_group_choices(sys.argv[1:])
     import hydra
     from omegaconf import OmegaConf
 
+    run_id_value = run_id()
     if not OmegaConf.has_resolver("vmc_run_id"):
-        OmegaConf.register_new_resolver("vmc_run_id", lambda: run_id(), use_cache=True)
+        OmegaConf.register_new_resolver("vmc_run_id", lambda: run_id_value, use_cache=True)
+    created = new_dirs(sys.argv[1:], run_id_value)
 
     from runner import app
 
@@ -61,7 +82,7 @@ def main():
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
     def _main(cfg):
         entered.append(True)
-        results.append(app.run(cfg))
+        results.append(app.run(cfg, new_dirs=created))
         return results[-1]
 
     try:

@@ -112,6 +112,13 @@ def test_a_stop_during_compilation_takes_no_step(tmp_path):
     assert not (tmp_path / "checkpoint").exists()
 
 
+def test_an_exception_is_the_failure_reason(tmp_path):
+    from runner import app
+
+    app._write_failure(tmp_path, RuntimeError("boom\nsecond line"))
+    assert summary_of(tmp_path)["status"] == "failed" and summary_of(tmp_path)["reason"] == "RuntimeError: boom"
+
+
 def nan_run(tmp_path, caplog, overrides):
     from runner import app, parallel
     from runner.build import build
@@ -173,17 +180,26 @@ def test_sweep_records_a_bad_point_as_failed_and_runs_the_rest(tmp_path):
 def test_config_error_removes_only_the_run_directory_it_created(tmp_path):
     proc = run_cli(["sampler.n_samples=1000"], tmp_path)
     assert proc.returncode == 2
-    assert list((tmp_path / "outputs").iterdir()) == []  # outputs/DATE/TIME and outputs/DATE are gone
+    assert not (tmp_path / "outputs").exists()  # outputs/DATE/TIME, and its new parents, are gone
+    proc = run_cli(["sampler.n_samples=1000", "hydra.run.dir=new/run"], tmp_path)
+    assert proc.returncode == 2 and not (tmp_path / "new").exists()
 
     resumed = tmp_path / "resumed"
     (resumed / ".hydra").mkdir(parents=True)
     (resumed / "metrics.jsonl").write_text('{"step": 0}\n')
-    earlier = tmp_path / "earlier"  # a directory that existed before, holding only Hydra's record
-    (earlier / ".hydra").mkdir(parents=True)
-    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
-        (earlier / ".hydra" / name).write_text("{}\n")
-    time.sleep(0.05)
-    for run_dir in (resumed, earlier):
+    empty = tmp_path / "empty"  # a directory that existed before, even an empty one, stays
+    empty.mkdir()
+    for run_dir in (resumed, empty):
         assert run_cli(["sampler.n_samples=1000", f"hydra.run.dir={run_dir}"], tmp_path).returncode == 2
         assert (run_dir / ".hydra").is_dir()
     assert (resumed / "metrics.jsonl").read_text() == '{"step": 0}\n'
+
+
+def test_new_dirs_are_the_missing_run_directory_and_parents(tmp_path):
+    from runner.cli import new_dirs
+
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "mine").mkdir()
+    got = new_dirs(["n_iter=3", "hydra.run.dir=mine/a/b"], "2026-01-01/10-00-00", cwd=tmp_path)
+    assert got == {tmp_path / "outputs" / "2026-01-01" / "10-00-00", tmp_path / "outputs" / "2026-01-01",
+                   tmp_path / "mine" / "a" / "b", tmp_path / "mine" / "a"}
