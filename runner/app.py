@@ -91,7 +91,11 @@ def _describe(group: dict) -> str:
     """`chain(L=8, pbc=True)` from a config group: the constructor and its keys."""
     group = dict(group)
     name = str(group.pop("_target_", group.pop("name", "?"))).rpartition(".")[2]
-    return f"{name}(" + ", ".join(f"{k}={v}" for k, v in group.items() if v is not None) + ")"
+
+    def short(value):  # a graph's edge list or a Pauli sum's terms: their length only
+        return f"[{len(value)} items]" if isinstance(value, (list, dict)) and len(str(value)) > 60 else value
+
+    return f"{name}(" + ", ".join(f"{k}={short(v)}" for k, v in group.items() if v is not None) + ")"
 
 
 def _header(experiment: Experiment, layout: parallel.Layout, config: dict):

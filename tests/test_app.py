@@ -203,3 +203,11 @@ def test_new_dirs_are_the_missing_run_directory_and_parents(tmp_path):
     got = new_dirs(["n_iter=3", "hydra.run.dir=mine/a/b"], "2026-01-01/10-00-00", cwd=tmp_path)
     assert got == {tmp_path / "outputs" / "2026-01-01" / "10-00-00", tmp_path / "outputs" / "2026-01-01",
                    tmp_path / "mine" / "a" / "b", tmp_path / "mine" / "a"}
+
+
+def test_header_shortens_long_config_values():
+    from runner.app import _describe
+
+    edges = [[i, i + 1] for i in range(30)]
+    assert _describe({"_target_": "runner.hilbert.graph", "n_sites": 31, "edges": edges, "positions": None}) == \
+        "graph(n_sites=31, edges=[30 items])"
