@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import checkpoint, health, parallel
 from runner.build import Experiment, build
+from runner import fingerprint, sweep_cache
 from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 WARMUP_STEPS = 2  # excluded from seconds_per_iter
+EXACT_CACHE = ".exact_cache"  # under a sweep's directory: exact energies shared by its points
+EXACT_KEYS = ("hilbert.", "hamiltonian.")  # the config the exact ground energy depends on
 
 
 def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict:
@@ -237,21 +240,24 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
     settings, problem = experiment.settings, experiment.problem
     wall_start = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
-    done = _completed_summary(run_dir, settings)
+    try:  # both refuse a run directory that holds another config's run
+        done = _completed_summary(run_dir, settings)
+        resuming = done is None and _resumable(run_dir, settings)
+    except ConfigError as err:
+        print(f"Config error: {err.sentence()}", file=sys.stderr)
+        sys.exit(2)
     if done is not None:
         log.info("already completed (%s); delete it or set resume=false to run again", run_dir / SUMMARY)
         return done
+    if not resuming and _is_writer():
+        (run_dir / SUMMARY).unlink(missing_ok=True)  # starting over: no stale summary of another run
 
-    exact_energy = None
-    if wants_exact(settings.exact, experiment.hilbert):
-        t = time.perf_counter()
-        exact_energy = ground_energy(experiment.hamiltonian, experiment.hilbert)
-        log.info("exact ground energy %.10f (%.1f s)", exact_energy, time.perf_counter() - t)
+    exact_energy = _exact_energy(experiment)
 
     state, shardings = _place_state(problem, settings, layout)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     start = 0
-    if settings.resume and checkpoint.exists(run_dir / "checkpoint"):
+    if resuming:
         try:
             state, meta = _restore(run_dir, state, shardings)
         except ValueError as err:
@@ -291,6 +297,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                            pystats.median(timed) if timed else None, compile_seconds,
                            step_times[0] if step_times else None,
                            time.perf_counter() - wall_start, metrics_log.records)
+        fingerprint.stamp(summary, settings.fingerprint)
         summary["reason"] = reason
         # judged on completed runs only: a stopped run has no final estimate to judge
         summary["warnings"] = health.check(summary, metrics_log.records,
@@ -325,7 +332,7 @@ def _cg_maxiter(problem) -> int | None:
 
 
 def _checkpoint_meta(settings, step):
-    return {"step": step, "seed": settings.seed}
+    return {"step": step, "seed": settings.seed, "config_fingerprint": fingerprint.record(settings.fingerprint)}
 
 
 def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
@@ -390,14 +397,90 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
 
 
 def _completed_summary(run_dir, settings):
-    """The summary of a finished run of the same length, when resuming is on."""
+    """The summary of a finished run of the same length and config (final_rounds included).
+
+    Anything else is None: the checkpoint then decides (`_resumable`), so a finished run with
+    another config is refused there, and one with another n_iter or final_rounds continues.
+    """
     path = run_dir / SUMMARY
     if not (settings.resume and path.exists() and checkpoint.exists(run_dir / "checkpoint")):
         return None
-    summary = json.loads(path.read_text())
-    if summary.get("status") == "completed" and summary.get("n_iter") == settings.n_iter:
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError:  # cut short: not a finished run's
+        return None
+    stored = summary.get("config_fingerprint") or {}
+    if (summary.get("status") == "completed" and summary.get("n_iter") == settings.n_iter
+            and stored.get("hash") == fingerprint.digest(settings.fingerprint)):
         return summary
     return None
+
+
+def _resumable(run_dir, settings) -> bool:
+    """Whether to resume from run_dir/checkpoint: resume is on and a checkpoint exists.
+
+    Raises:
+        ConfigError: the checkpoint belongs to a config that differs in a key that changes the
+            numbers (final_rounds may differ), or predates config fingerprints.
+    """
+    if not (settings.resume and checkpoint.exists(run_dir / "checkpoint")):
+        return False
+    meta = checkpoint.read_meta(run_dir / "checkpoint")
+    fingerprint.check(meta.get("config_fingerprint"), settings.fingerprint, run_dir,
+                      ignore=fingerprint.RESUME_IGNORES)
+    return True
+
+
+def _sweep_dir() -> Path | None:
+    """The sweep directory of a Hydra multirun; None in a single run or outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hydra_cfg = HydraConfig.get()
+    sweep = Path(hydra_cfg.sweep.dir)
+    return sweep if sweep.is_absolute() else Path(hydra_cfg.runtime.cwd) / sweep
+
+
+def _broadcast_float(x: float) -> float:
+    """Process 0's `x` on every process, bit for bit (as two uint32 words: x64 may be off)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    words = np.frombuffer(np.float64(x).tobytes(), np.uint32)
+    words = np.asarray(multihost_utils.broadcast_one_to_all(words), np.uint32)
+    return float(np.frombuffer(words.tobytes(), np.float64)[0])
+
+
+def _exact_energy(experiment):
+    """The exact ground energy when the `exact` knob asks for it, else None.
+
+    Computed on process 0 only and broadcast to the others. In a sweep, process 0 first looks
+    in SWEEP_DIR/.exact_cache for the energy of the same lattice and Hamiltonian (computed by
+    an earlier point) and stores what it computes there.
+    """
+    settings = experiment.settings
+    if not wants_exact(settings.exact, experiment.hilbert):
+        return None
+    energy = 0.0
+    if jax.process_index() == 0:
+        key = {k: v for k, v in settings.fingerprint.items() if k.startswith(EXACT_KEYS)}
+        sweep = _sweep_dir()
+        cache = sweep / EXACT_CACHE if sweep is not None else None
+        cached = sweep_cache.read(cache, key) if cache is not None else None
+        if isinstance(cached, (int, float)):
+            energy = float(cached)
+            log.info("exact ground energy %.10f (from the sweep cache %s)", energy, sweep_cache.path(cache, key))
+        else:
+            t = time.perf_counter()
+            energy = ground_energy(experiment.hamiltonian, experiment.hilbert)
+            log.info("exact ground energy %.10f (computed in %.1f s)", energy, time.perf_counter() - t)
+            if cache is not None:
+                sweep_cache.write(cache, key, energy)
+    if jax.process_count() > 1:
+        energy = _broadcast_float(energy)
+    return energy
 
 
 def _save(run_dir, state, meta):

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from runner import fingerprint
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
 from runner.operators import Hamiltonian
@@ -33,6 +34,8 @@ class Settings:
     exact: Any
     chunk_size: int | None
     final_rounds: int
+    # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
+    fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +49,13 @@ class Experiment:
     dtype_name: str
     x64: bool
     parallel: dict
+
+
+# Constructor arguments the runner passes itself (`instantiate`'s runtime keywords), and where from.
+RUNTIME_SOURCES = {
+    "param_dtype": "by the runner from the dtype group (e.g. dtype=float32)",
+    "hilbert": "by the runner from the hilbert group",
+}
 
 
 def _import(target: str):
@@ -77,11 +87,20 @@ def instantiate(group: str, node: dict, **runtime):
     if unknown:
         options = ", ".join(k for k in allowed if k not in runtime)
         raise ConfigError(f"{group}.{unknown[0]}", f"is not a key of {group}; its keys are: {options}")
+    collide = [k for k in node if k in runtime]
+    if collide:
+        source = RUNTIME_SOURCES.get(collide[0], "by the runner")
+        raise ConfigError(f"{group}.{collide[0]}", f"is set {source}; remove it")
     try:
         return fn(**node, **runtime)
     except ConfigError as err:
         absolute = "." in err.key or err.key == group  # e.g. hilbert.total_sz raised by a Hamiltonian
         raise ConfigError(err.key if absolute else f"{group}.{err.key}", err.message) from None
+    except (TypeError, ValueError) as err:
+        # A constructor refusing a value of the right name but the wrong kind (a string for a
+        # number, a number for a list): still a config error, not a traceback.
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(group, f"cannot be built from its keys ({target}: {reason}); check their values") from None
 
 
 def read_settings(config: dict) -> Settings:
@@ -94,7 +113,8 @@ def read_settings(config: dict) -> Settings:
     if chunk_size is not None:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
-    return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds)
+    return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds,
+                    fingerprint.of(config))
 
 
 def _check_chunk(chunk_size, sampler):

@@ -44,6 +44,12 @@ def exists(directory) -> bool:
     return (Path(directory) / FILENAME).is_file()
 
 
+def read_meta(directory) -> dict:
+    """The meta dict of a checkpoint, without reading its arrays."""
+    with np.load(Path(directory) / FILENAME) as data:
+        return json.loads(bytes(data["meta"]).decode())
+
+
 def load(directory, like):
     """Reads a checkpoint into the structure of `like` (same treedef, shapes and dtypes).
 

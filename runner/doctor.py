@@ -209,20 +209,50 @@ def diagnose(parallel: dict, x64: bool) -> int:
     return report.problems
 
 
+USAGE = """usage: python -m runner.doctor [overrides]
+
+Checks the environment for the parallel backend the config chooses: devices, processes, a real
+cross-process reduction, host name resolution, proxy variables that break gRPC, and x64.
+Takes the same overrides as `python -m runner`, e.g.
+
+  python -m runner.doctor parallel=sharded parallel.cpu_devices=4
+  srun python -m runner.doctor parallel=multinode
+
+Exits 0 when everything looks right, 1 when a problem was found, 2 for a bad config value."""
+
+
+def _usage_error(sentence: str):
+    print(f"Config error: {sentence}.", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help", "help") for arg in argv):
+        print(USAGE)
+        sys.exit(0)
+    flags = [arg for arg in argv if arg.startswith("-")]
+    if flags:
+        _usage_error(f"{flags[0]} is not an option of runner.doctor, which takes only config overrides "
+                     "(key=value); see python -m runner.doctor --help")
     from runner.parallel import configure_runtime
 
     configure_runtime()
     from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     from runner.build import DTYPES
     from runner.cli import CONF_DIR, check_group_choices
 
     check_group_choices(argv)
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(argv)), resolve=True)
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(argv)), resolve=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        # Hydra's message spans lines (a caret under the bad character, a hint): keep its words.
+        _usage_error(" ".join(str(err).split()).rstrip(".") + "; see python -m runner.doctor --help")
     x64 = DTYPES.get(cfg["dtype"]["name"], (None, True))[1]
     problems = diagnose(cfg["parallel"], x64)
     _finish(problems)

@@ -1,11 +1,16 @@
-"""runner.app through the CLI: stop signals, failure reasons, health warnings, sweeps with a bad point."""
+"""runner.app through the CLI: config-checked resume and skip, the shared exact energy, config errors,
+stop signals, failure reasons, health warnings, sweeps with a bad point."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from tests.conftest import REPO, run_cli
+
+# ---------------------------------------------------------------------------------------------
+# Resume and "already completed" prove the run directory holds this config's run (APP-A)
 
 RUN = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
        "checkpoint_every=100"]
@@ -18,6 +23,209 @@ def energies(run_dir):
 def summary_of(run_dir):
     return json.loads((run_dir / "summary.json").read_text())
 
+
+def one_error_line(proc):
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("Config error:"), proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A completed 4-step run; tests work on copies of it."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    run_cli([*RUN, "n_iter=4", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory):
+    """The same config run for 6 steps from scratch."""
+    run_dir = tmp_path_factory.mktemp("six") / "run"
+    run_cli([*RUN, "n_iter=6", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    return run_dir
+
+
+def copy_of(run_dir, tmp_path):
+    return shutil.copytree(run_dir, tmp_path / "run")
+
+
+def test_summary_and_checkpoint_record_the_fingerprint(finished):
+    from runner import checkpoint, fingerprint
+
+    stamp = summary_of(finished)["config_fingerprint"]
+    assert stamp["config"]["hamiltonian.h"] == 1.0 and stamp["config"]["seed"] == 0
+    assert stamp["hash"] == fingerprint.digest(stamp["config"])
+    assert checkpoint.read_meta(finished / "checkpoint")["config_fingerprint"] == stamp
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        ("hamiltonian.h=2.0", "hamiltonian.h is 2.0 in this config but 1.0 in the run stored in"),
+        ("optimizer.learning_rate=0.05", "optimizer.learning_rate is 0.05 in this config but 0.02"),
+        ("seed=3", "seed is 3 in this config but 0 in"),
+    ],
+)
+def test_rerun_with_another_config_is_refused_and_changes_nothing(finished, tmp_path, change, expected):
+    run_dir = copy_of(finished, tmp_path)
+    before = {p: p.read_bytes() for p in (run_dir / "summary.json", run_dir / "metrics.jsonl",
+                                          run_dir / "checkpoint" / "state.npz")}
+    # n_iter=4: the completed-run skip; n_iter=6: a resume from its checkpoint
+    for n_iter in (4, 6):
+        proc = run_cli([*RUN, change, f"n_iter={n_iter}", f"hydra.run.dir={run_dir}"], REPO)
+        line = one_error_line(proc)
+        assert expected in line and str(run_dir) in line and line.endswith("resume=false to start over."), line
+        assert "already completed" not in proc.stdout + proc.stderr
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_run_from_before_fingerprints_is_refused(finished, tmp_path):
+    from runner import checkpoint
+
+    run_dir = copy_of(finished, tmp_path)
+    with np.load(run_dir / "checkpoint" / "state.npz") as data:
+        leaves = [data[k] for k in sorted(data.files) if k.startswith("leaf_")]
+        meta = json.loads(bytes(data["meta"]).decode())
+    del meta["config_fingerprint"]
+    checkpoint.save(run_dir / "checkpoint", leaves, meta)
+    summary = summary_of(run_dir)
+    del summary["config_fingerprint"]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    for n_iter in (4, 6):
+        line = one_error_line(run_cli([*RUN, f"n_iter={n_iter}", f"hydra.run.dir={run_dir}"], REPO))
+        assert "before config fingerprints were recorded" in line and "resume=false" in line, line
+
+
+def test_resume_false_starts_over(finished, tmp_path):
+    run_dir = copy_of(finished, tmp_path)
+    proc = run_cli([*RUN, "n_iter=4", "seed=3", "resume=false", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    assert "resumed from checkpoint" not in proc.stdout + proc.stderr
+    assert summary_of(run_dir)["config_fingerprint"]["config"]["seed"] == 3
+    assert len(energies(run_dir)) == 4 and energies(run_dir)[0] != energies(finished)[0]
+    # and it is now that run: the same config resumes or skips, the old one is refused
+    again = run_cli([*RUN, "n_iter=4", "seed=3", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    assert "already completed" in again.stdout + again.stderr
+    assert "seed is 0 in this config but 3" in one_error_line(run_cli([*RUN, "n_iter=4", f"hydra.run.dir={run_dir}"], REPO))
+
+
+def test_extending_n_iter_resumes_and_matches_an_uninterrupted_run(finished, six_steps, tmp_path):
+    run_dir = copy_of(finished, tmp_path)
+    proc = run_cli([*RUN, "n_iter=6", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    assert "resumed from checkpoint at step 4" in proc.stdout + proc.stderr
+    assert energies(run_dir) == energies(six_steps)
+    assert summary_of(run_dir)["energy"] == summary_of(six_steps)["energy"]
+    assert summary_of(run_dir)["config_fingerprint"] == summary_of(six_steps)["config_fingerprint"]
+
+
+def test_other_final_rounds_reestimates_instead_of_returning_the_old_summary(finished, tmp_path):
+    run_dir = copy_of(finished, tmp_path)
+    fresh = tmp_path / "fresh"
+    proc = run_cli([*RUN, "n_iter=4", "final_rounds=2", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    assert "already completed" not in proc.stdout + proc.stderr
+    run_cli([*RUN, "n_iter=4", "final_rounds=2", f"hydra.run.dir={fresh}"], REPO, check=True)
+    assert energies(run_dir) == energies(finished)  # no step was run again
+    assert summary_of(run_dir)["energy"] == summary_of(fresh)["energy"] != summary_of(finished)["energy"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The exact ground energy: process 0 computes it (or reads the sweep's cache) and shares it
+
+SWEEP = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "n_iter=2",
+         "exact=true"]
+
+
+def exact_log_lines(proc):
+    lines = (proc.stdout + proc.stderr).splitlines()
+    return ([line for line in lines if "exact ground energy" in line and "computed in" in line],
+            [line for line in lines if "exact ground energy" in line and "from the sweep cache" in line])
+
+
+def test_sweep_computes_the_exact_energy_once_per_hamiltonian(tmp_path):
+    proc = run_cli(["-m", *SWEEP, "optimizer.learning_rate=0.01,0.02", "seed=5", f"hydra.sweep.dir={tmp_path}"],
+                   REPO, check=True)
+    computed, cached = exact_log_lines(proc)
+    assert (len(computed), len(cached)) == (1, 1), proc.stdout
+    assert len(list((tmp_path / ".exact_cache").glob("*.json"))) == 1
+    runs = sorted(p.parent for p in tmp_path.glob("*/summary.json"))
+    assert len(runs) == 2 and all("seed=5" in run.name for run in runs)  # seed names the directory
+    exact = {summary_of(run)["exact_energy"] for run in runs}
+    assert len(exact) == 1
+
+    # The same sweep directory with a new seed: a new run directory, the cached energy.
+    proc = run_cli(["-m", *SWEEP, "optimizer.learning_rate=0.01", "seed=6", f"hydra.sweep.dir={tmp_path}"],
+                   REPO, check=True)
+    assert tuple(map(len, exact_log_lines(proc))) == (0, 1), proc.stdout
+    runs = sorted(p.parent for p in tmp_path.glob("*/summary.json"))
+    assert len(runs) == 3 and sum("seed=6" in run.name for run in runs) == 1
+    assert {summary_of(run)["exact_energy"] for run in runs} == exact
+
+
+def test_sweep_over_the_field_computes_the_exact_energy_per_point(tmp_path):
+    proc = run_cli(["-m", *SWEEP, "hamiltonian.h=0.5,1.5", f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
+    assert tuple(map(len, exact_log_lines(proc))) == (2, 0), proc.stdout
+    assert len(list((tmp_path / ".exact_cache").glob("*.json"))) == 2
+    exact = sorted(summary_of(p.parent)["exact_energy"] for p in tmp_path.glob("*/summary.json"))
+    assert len(exact) == 2 and exact[0] < exact[1]  # h=1.5 lies lower
+
+
+def test_only_process_0_computes_the_exact_energy(monkeypatch):
+    import jax
+
+    from runner import app
+    from runner.build import build
+    from tests.test_config import compose_config
+
+    experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
+    calls, sent = [], []
+    monkeypatch.setattr(app, "ground_energy", lambda *args: calls.append(args) or -7.25)
+    monkeypatch.setattr(app, "_broadcast_float", lambda x: sent.append(x) or -7.25)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    assert app._exact_energy(experiment) == -7.25 and calls == []  # received, not computed
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    assert app._exact_energy(experiment) == -7.25 and len(calls) == 1 and sent[-1] == -7.25
+
+
+def test_broadcast_keeps_every_bit():
+    from runner import app
+
+    x = -10.251661791031152
+    assert app._broadcast_float(x) == x
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_exact_energy(tmp_path):
+    from tests.dense import dense_ising
+    from tests.test_parallel import free_port, start_distributed
+
+    overrides = ["hilbert.L=6", "n_iter=2", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=1",
+                 "exact=true"]
+    procs = start_distributed(overrides, tmp_path, free_port())
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    expected = np.linalg.eigvalsh(dense_ising([(i, (i + 1) % 6) for i in range(6)], 6, 1.0, 1.0))[0]
+    assert summary_of(tmp_path)["exact_energy"] == pytest.approx(expected, abs=1e-10)
+    assert summary_of(tmp_path)["processes"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Config errors: unknown, colliding or unusable keys are one sentence, exit 2
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["+model.param_dtype=float32"], "Config error: model.param_dtype is set by the runner from the dtype group"),
+        (["optimizer=adam", "+optimizer.mu_dtype=foo"], "Config error: optimizer cannot be built from its keys"),
+    ],
+)
+def test_colliding_or_unusable_keys_are_config_errors(tmp_path, args, expected):
+    line = one_error_line(run_cli([*args, f"hydra.run.dir={tmp_path}"], REPO))
+    assert line.startswith(expected), line
+
+
+# ---------------------------------------------------------------------------------------------
 # Stop signals, failure reasons, health warnings, sweeps with a bad point, run directories and the
 # start-up header (APP-B)
 

@@ -66,6 +66,9 @@ def test_every_group_has_options():
         (["sampler.sweep_size=0"], "sampler.sweep_size"),
         (["hamiltonian.h=.inf"], "hamiltonian.h"),
         (["+model.beta=2"], "model.beta"),
+        (["+model.param_dtype=float32"], "model.param_dtype"),  # the runner passes it from the dtype group
+        (["+hamiltonian.hilbert=3"], "hamiltonian.hilbert"),
+        (["optimizer=adam", "+optimizer.mu_dtype=foo"], "optimizer"),  # optax.adam raises TypeError
         (["sampler=metropolis_exchange"], "sampler"),
         (["hilbert.total_sz=0"], "hilbert.total_sz"),
     ],

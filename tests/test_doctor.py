@@ -74,3 +74,14 @@ def test_runner_survives_a_wildcard_no_proxy(tmp_path):
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     assert [p.returncode for p in procs] == [0, 0], outs
     assert json.loads((tmp_path / "summary.json").read_text())["processes"] == 2
+
+
+def test_help_is_a_usage_text_and_bad_arguments_one_sentence():
+    proc = doctor(["--help"])
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("usage: python -m runner.doctor [overrides]")
+    for args in (["--verbose"], ["model.nonexistent=3"], ["hilbert.L=["]):
+        proc = doctor(args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("Config error:"), (args, proc.stderr)

@@ -1,0 +1,124 @@
+"""The config fingerprint: every resolved key that changes a run's numbers, flattened, and its hash."""
+
+import hashlib
+import json
+
+from runner.errors import ConfigError
+
+# Top-level keys and groups that never change the numbers of a run: its length, when it
+# checkpoints, whether it resumes, whether the exact energy is computed, and how the chains
+# are laid out over devices and processes (a checkpoint resumes on any layout with the same
+# number of chains). Everything else, keys added later included, is fingerprinted.
+EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger", "hydra")
+# Keys that change a finished run's summary but not its trajectory or checkpoints: resuming
+# ignores them, returning a completed run's summary does not.
+RESUME_IGNORES = ("final_rounds",)
+
+
+def of(config: dict) -> dict:
+    """The flattened fingerprint of a resolved config.
+
+    Args:
+        config: the plain (resolved) experiment config.
+
+    Returns:
+        {"group.key": value} for every key that changes the numbers, nested dicts flattened
+        with dots, lists kept as values, in the config's order.
+    """
+    flat = {}
+
+    def walk(prefix, node):
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict) and value:
+                walk(name + ".", value)
+            else:
+                flat[name] = value
+
+    walk("", {k: v for k, v in config.items() if k not in EXCLUDED})
+    return flat
+
+
+def _canonical(value):
+    """Numbers compared by value: `h: 1` and `h: 1.0` give the same numbers."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def digest(flat: dict) -> str:
+    """A short hash of a flattened fingerprint (equal for configs that give the same numbers)."""
+    text = json.dumps(_canonical(flat), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def record(flat: dict) -> dict:
+    """What is stored in a checkpoint's meta and in summary.json under "config_fingerprint"."""
+    return {"hash": digest(flat), "config": flat}
+
+
+def stamp(summary: dict, flat: dict) -> dict:
+    """Adds the fingerprint record to a summary dict (in place) and returns it."""
+    summary["config_fingerprint"] = record(flat)
+    return summary
+
+
+MISSING = object()
+
+
+def first_difference(stored: dict, current: dict, ignore=()):
+    """The first key whose value differs, in the current config's order, then the stored one's.
+
+    Returns:
+        (key, stored value, current value), a missing value being `MISSING`; or None.
+    """
+    for key in [*current, *(k for k in stored if k not in current)]:
+        if key in ignore:
+            continue
+        old, new = stored.get(key, MISSING), current.get(key, MISSING)
+        if old is MISSING or new is MISSING or _canonical(old) != _canonical(new):
+            return key, old, new
+    return None
+
+
+def show(value) -> str:
+    """A value as it is written on the command line."""
+    if value is MISSING:
+        return "unset"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, separators=(",", ":"))
+    return repr(value)
+
+
+def check(stored_record, current: dict, run_dir, ignore=()) -> None:
+    """Refuses to continue a stored run whose config differs from `current` in a number-changing key.
+
+    Args:
+        stored_record: the "config_fingerprint" record found in the run directory (None: written
+            before fingerprints existed).
+        current: this config's flattened fingerprint.
+        run_dir: the run directory, named in the sentence.
+        ignore: keys that may differ.
+
+    Raises:
+        ConfigError: one sentence naming the first differing key and both values.
+    """
+    restart = "use a new run directory or resume=false to start over"
+    if not isinstance(stored_record, dict) or not isinstance(stored_record.get("config"), dict):
+        raise ConfigError(
+            "resume",
+            f"found a run in {run_dir} written before config fingerprints were recorded, so it cannot be "
+            f"checked against this config; {restart}",
+        )
+    diff = first_difference(stored_record["config"], current, ignore)
+    if diff is not None:
+        key, old, new = diff
+        raise ConfigError(key, f"is {show(new)} in this config but {show(old)} in the run stored in {run_dir}; {restart}")

@@ -1,0 +1,24 @@
+"""Checkpoints: atomic save, meta read without the arrays, load refuses another structure."""
+
+import numpy as np
+import pytest
+
+from runner import checkpoint
+
+
+def test_save_read_meta_and_load(tmp_path):
+    state = {"a": np.arange(6.0).reshape(2, 3), "b": np.ones(4, np.int8)}
+    meta = {"step": 7, "config_fingerprint": {"hash": "x", "config": {"seed": 1}}}
+    checkpoint.save(tmp_path / "ckpt", state, meta)
+    assert checkpoint.exists(tmp_path / "ckpt")
+    assert checkpoint.read_meta(tmp_path / "ckpt") == meta
+    loaded, got = checkpoint.load(tmp_path / "ckpt", state)
+    assert got == meta
+    np.testing.assert_array_equal(loaded["a"], state["a"])
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["state.npz"]
+
+
+def test_load_refuses_another_shape(tmp_path):
+    checkpoint.save(tmp_path, {"a": np.zeros(3)}, {"step": 1})
+    with pytest.raises(ValueError, match="float64"):
+        checkpoint.load(tmp_path, {"a": np.zeros(4)})

@@ -1,0 +1,72 @@
+"""The config fingerprint: which keys it covers, how it compares, the sentence it refuses with."""
+
+import pytest
+
+from runner import fingerprint
+from runner.errors import ConfigError
+from tests.test_config import compose_config
+
+
+def test_fingerprint_covers_the_numbers_and_not_the_run_knobs():
+    flat = fingerprint.of(compose_config())
+    for key in ("seed", "chunk_size", "final_rounds", "hamiltonian.h", "hilbert.L", "model._target_",
+                "optimizer.learning_rate", "preconditioner.diag_shift", "sampler.n_chains", "dtype.name"):
+        assert key in flat, key
+    assert not [k for k in flat if k.split(".")[0] in ("n_iter", "resume", "checkpoint_every", "exact", "parallel")]
+    assert flat["hamiltonian.h"] == 1.0 and flat["model.alpha"] == 1
+
+
+def test_layout_length_and_resume_knobs_leave_the_hash_unchanged():
+    base = fingerprint.digest(fingerprint.of(compose_config()))
+    same = ["n_iter=7", "resume=false", "checkpoint_every=3", "exact=false", "parallel=sharded",
+            "parallel.cpu_devices=2"]
+    assert fingerprint.digest(fingerprint.of(compose_config(same))) == base
+    for change in (["hamiltonian.h=2"], ["seed=1"], ["optimizer.learning_rate=0.03"], ["model=mlp"],
+                   ["dtype=complex128"], ["final_rounds=3"]):
+        assert fingerprint.digest(fingerprint.of(compose_config(change))) != base, change
+
+
+def test_numbers_compare_by_value():
+    assert fingerprint.digest({"hamiltonian.h": 1}) == fingerprint.digest({"hamiltonian.h": 1.0})
+    assert fingerprint.first_difference({"hamiltonian.h": 1}, {"hamiltonian.h": 1.0}) is None
+    assert fingerprint.first_difference({"model.hidden": [16]}, {"model.hidden": [16.0]}) is None
+    assert fingerprint.first_difference({"model.hidden": [16]}, {"model.hidden": [16, 8]}) is not None
+
+
+def test_first_difference_is_in_config_order_and_sees_missing_keys():
+    stored = {"hilbert.L": 8, "hamiltonian.h": 1.0, "seed": 0}
+    current = {"hilbert.L": 8, "hamiltonian.h": 2.0, "seed": 1}
+    assert fingerprint.first_difference(stored, current) == ("hamiltonian.h", 1.0, 2.0)
+    assert fingerprint.first_difference(stored, current, ignore=("hamiltonian.h",)) == ("seed", 0, 1)
+    key, old, new = fingerprint.first_difference({**stored, "model.alpha": 2}, stored)
+    assert key == "model.alpha" and old == 2 and new is fingerprint.MISSING
+
+
+def test_check_refuses_in_one_sentence_naming_key_and_both_values(tmp_path):
+    stored = fingerprint.record({"hamiltonian.h": 1.0, "final_rounds": 8})
+    fingerprint.check(stored, {"hamiltonian.h": 1, "final_rounds": 2}, tmp_path, ignore=("final_rounds",))
+    with pytest.raises(ConfigError) as info:
+        fingerprint.check(stored, {"hamiltonian.h": 2.0, "final_rounds": 8}, tmp_path)
+    sentence = info.value.sentence()
+    assert sentence == (f"hamiltonian.h is 2.0 in this config but 1.0 in the run stored in {tmp_path}; "
+                        "use a new run directory or resume=false to start over.")
+    with pytest.raises(ConfigError) as info:
+        fingerprint.check(stored, {"hamiltonian.h": 1.0, "final_rounds": 2}, tmp_path)
+    assert info.value.key == "final_rounds"
+
+
+@pytest.mark.parametrize("stored", [None, {}, {"hash": "abc"}])
+def test_a_run_without_fingerprint_is_refused(tmp_path, stored):
+    with pytest.raises(ConfigError) as info:
+        fingerprint.check(stored, {"seed": 0}, tmp_path)
+    assert "before config fingerprints" in info.value.sentence() and "resume=false" in info.value.sentence()
+
+
+def test_show_writes_values_as_overrides():
+    assert [fingerprint.show(v) for v in (True, None, "models.RBM", 0.02, 3, [16, 8], fingerprint.MISSING)] == [
+        "true", "null", "models.RBM", "0.02", "3", "[16,8]", "unset"]
+
+
+def test_stamp_adds_hash_and_config():
+    summary = fingerprint.stamp({"status": "completed"}, {"seed": 4})
+    assert summary["config_fingerprint"] == {"hash": fingerprint.digest({"seed": 4}), "config": {"seed": 4}}
