@@ -136,13 +136,18 @@ def _hermitian_gram(A_PxS):
 
 
 def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
-    """(S, F) from the dense Obar, summed chain by chain in order (a scan over the chains'
-    blocks of samples): the same bits on every layout, where one product over all samples
-    would be split by the partitioner into per-device partial sums and an all-reduce."""
+    """(S, F) from the dense Obar, each chain's contribution computed on its own and added in
+    chain order: the same bits on every layout, where one product over all samples would be
+    split by the partitioner into per-device partial sums and an all-reduce.
+
+    A scan over pairs of chains (one batched product per pair, then two additions in order):
+    the chains' products are smaller than one product over all samples, and on CPU a pair per
+    step runs about 1.5x faster than a chain per step.
+    """
     P, n_samples = Obar_PxS.shape
-    T = n_samples // n_chains
-    A_CxPxT = jnp.moveaxis(Obar_PxS.reshape(P, n_chains, T), 1, 0)
-    eps_CxT = eps_S.reshape(n_chains, T)
+    pair = 2 if n_chains % 2 == 0 else 1
+    A_GxKxPxT = jnp.moveaxis(Obar_PxS.reshape(P, n_chains // pair, pair, -1), 0, 2)
+    eps_GxKxT = eps_S.reshape(n_chains // pair, pair, -1)
 
     def one_chain(A_PxT, e_T):
         if mode == "real":
@@ -152,8 +157,15 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
             S = _hermitian_gram(A_PxT)
         return S, force(from_dense(A_PxT, mode), e_T, mode)
 
-    add = lambda acc, c: (jax.tree_util.tree_map(jnp.add, acc, one_chain(*c)), None)  # noqa: E731
-    return jax.lax.scan(add, one_chain(A_CxPxT[0], eps_CxT[0]), (A_CxPxT[1:], eps_CxT[1:]))[0]
+    def add(acc, block):
+        S_KxPxP, F_KxP = jax.vmap(one_chain)(*block)
+        for k in range(pair):
+            acc = (acc[0] + S_KxPxP[k], acc[1] + F_KxP[k])
+        return acc, None
+
+    S_PxP, F_P = jax.eval_shape(one_chain, A_GxKxPxT[0, 0], eps_GxKxT[0, 0])
+    zeros = (jnp.zeros(S_PxP.shape, S_PxP.dtype), jnp.zeros(F_P.shape, F_P.dtype))
+    return jax.lax.scan(add, zeros, (A_GxKxPxT, eps_GxKxT))[0]
 
 
 def force(jac: Jacobian, eps_S, mode):
