@@ -22,13 +22,15 @@ _SECTOR_BYTES_PER_STATE_AND_MASK = 4 + 4 + 16
 def required_bytes(hilbert: Hilbert) -> int:
     """Estimated peak memory of `ground_energy` on `hilbert` (bytes).
 
-    A sector's index tables are counted for one flip mask per bond, next bond and site.
+    A sector's index tables are counted for one flip mask per bond and next bond, plus the
+    scan of all 2^N codes that lists the sector's states.
     """
     n_states = hilbert.n_states
     if hilbert.total_sz is None:
         return n_states * _FULL_BYTES_PER_STATE
-    masks = len(hilbert.bonds) + len(hilbert.next_bonds) + hilbert.n_sites
-    return n_states * (_FULL_BYTES_PER_STATE + 8 + masks * _SECTOR_BYTES_PER_STATE_AND_MASK)
+    masks = len(hilbert.bonds) + len(hilbert.next_bonds)
+    scan = 2**hilbert.n_sites * 16
+    return n_states * (_FULL_BYTES_PER_STATE + 8 + masks * _SECTOR_BYTES_PER_STATE_AND_MASK) + scan
 
 
 def _signs_along(n: int, sites) -> list:

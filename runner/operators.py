@@ -382,23 +382,32 @@ def _coefficient(key, value) -> complex:
 # --- evaluation ------------------------------------------------------------------------------
 
 
+def _sign_products(sigma_N, sites_xS: np.ndarray, dtype):
+    """prod_s sigma_ext[sites[..., s]] as `dtype` [...], with sigma_ext = (sigma, +1): one
+    gather per column (no padded read when no index is the padding N)."""
+    n = sigma_N.shape[-1]
+    source = sigma_N if not np.any(sites_xS == n) else jnp.concatenate([sigma_N, jnp.ones((1,), sigma_N.dtype)])
+    product = source[sites_xS[..., 0]]
+    for s in range(1, sites_xS.shape[-1]):
+        product = product * source[sites_xS[..., s]]
+    return product.astype(dtype)
+
+
 def _elements(ham: PauliSum, sigma_N):
     """(mel_K, diag): <sigma|H|sigma'_k> in the order of the masks, and <sigma|H|sigma>."""
     real = _real_dtype()
     dtype = real if ham.is_real else jnp.result_type(complex)
-    sigma_ext = jnp.concatenate([sigma_N, jnp.ones((1,), sigma_N.dtype)])
-    if len(ham.diag_coef):
-        signs = jnp.prod(sigma_ext[ham.diag_sites], axis=-1)
-        diag = signs.astype(real) @ jnp.asarray(ham.diag_coef, real)
+    if len(ham.diag_coef) and ham.diag_sites.shape[-1]:
+        diag = _sign_products(sigma_N, ham.diag_sites, real) @ jnp.asarray(ham.diag_coef, real)
     else:
-        diag = jnp.zeros((), real)
+        diag = jnp.asarray(ham.diag_coef.sum(), real)  # the identity's coefficient, or 0
     mels = []
     for group in ham.groups:
         coef_KxT = group.coef.real if ham.is_real else group.coef
         if group.sign_sites.shape[-1] == 0:
             mels.append(jnp.asarray(coef_KxT.sum(axis=1), dtype))
             continue
-        signs_KxT = jnp.prod(sigma_ext[group.sign_sites], axis=-1).astype(real)
+        signs_KxT = _sign_products(sigma_N, group.sign_sites, real)
         mels.append(jnp.sum(signs_KxT * jnp.asarray(coef_KxT, dtype), axis=-1))
     mel_K = jnp.concatenate(mels) if mels else jnp.zeros((0,), dtype)
     return mel_K, diag

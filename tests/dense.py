@@ -47,11 +47,17 @@ def dense_pauli(terms, n):
     (coeff, ops, sites); Paulis on a repeated site multiply in the order given."""
     H = np.zeros((2**n, 2**n), complex)
     for coeff, ops, sites in terms:
-        P = np.eye(2**n, dtype=complex)
+        mats = [np.eye(2, dtype=complex)] * n
         for op, site in zip(ops, sites):
-            P = P @ site_op(PAULI[op], site, n)
-        H += coeff * P
+            mats[site] = mats[site] @ PAULI[op]
+        H += coeff * functools.reduce(np.kron, mats)
     return H
+
+
+def dense_rotation(sites, n):
+    """U = prod_{i in sites} Z_i as a dense matrix."""
+    mats = [Z if i in set(sites) else np.eye(2) for i in range(n)]
+    return functools.reduce(np.kron, mats)
 
 
 def dense_psi(logpsi_D, states):

@@ -75,3 +75,47 @@ def test_energy_of_a_state_matches_dense(lattice, make_ham):
                                rtol=1e-12)
     w, v = np.linalg.eigh(H)
     np.testing.assert_allclose(exact.energy_of(ham, lattice, v[:, 0]), w[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["ising", "heisenberg", "xxz", "pauli"])
+@pytest.mark.parametrize("lattice_name", ["triangular3_pbc", "honeycomb2_pbc", "kagome1x3_pbc", "chain5_obc", "graph5"])
+def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name, kind):
+    from tests.test_operators import SMALL_LATTICES, _hamiltonian_and_dense
+
+    lattice = SMALL_LATTICES[lattice_name]()
+    ham, H = _hamiltonian_and_dense(kind, lattice)
+    np.testing.assert_allclose(exact.ground_energy(ham, lattice), np.linalg.eigvalsh(H)[0], rtol=1e-10, atol=1e-10)
+    v = np.random.default_rng(2).standard_normal(2**lattice.n_sites) + 1j * np.random.default_rng(3).standard_normal(2**lattice.n_sites)
+    idx = basis_index(hb.all_states(lattice))
+    np.testing.assert_allclose(exact._matvec(ham, lattice)(v), H[np.ix_(idx, idx)] @ v, atol=1e-10)
+
+
+@pytest.mark.parametrize("make", [
+    lambda h: operators.xxz(h, J=0.9, Delta=0.6, hz=0.3),
+    lambda h: operators.heisenberg(h, J=1.0, J2=0.0, sign_rule=False),
+    lambda h: operators.pauli(h, [{"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": -0.7, "ops": "YX", "on": "bonds"},
+                                  {"coeff": 0.4, "ops": "ZZ", "on": "bonds"}]),  # Dzyaloshinskii-Moriya: complex H
+])
+def test_lanczos_in_sz_sectors(make):
+    lattice = hb.triangular(3, total_sz=0.5)
+    ham = make(lattice)
+    H = operators.to_sparse(ham, hb.all_states(lattice)).toarray()
+    assert lattice.n_states == 126 and np.allclose(H, H.conj().T)
+    np.testing.assert_allclose(exact.ground_energy(ham, lattice), np.linalg.eigvalsh(H)[0], rtol=1e-10)
+    psi = np.random.default_rng(0).standard_normal(126) * (1 + 0.5j)
+    np.testing.assert_allclose(exact.energy_of(ham, lattice, psi), (psi.conj() @ H @ psi).real / np.vdot(psi, psi).real,
+                               rtol=1e-12)
+
+
+def test_required_bytes_and_build_refuses_exact_true_beyond_memory():
+    from runner.build import build
+    from runner.errors import ConfigError
+    from tests.test_config import compose_config
+
+    assert exact.required_bytes(hb.chain(21)) == 2 * exact.required_bytes(hb.chain(20))
+    assert exact.required_bytes(hb.chain(20, total_sz=0)) > 2**20 * 16  # the code scan of the full space
+    with pytest.raises(ConfigError) as info:
+        build(compose_config(["hilbert.L=40", "exact=true"]))
+    assert info.value.key == "exact" and "GiB" in info.value.message
+    build(compose_config(["hilbert.L=40", "exact=auto"]))
+    build(compose_config(["hilbert.L=12", "exact=true"]))

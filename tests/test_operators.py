@@ -10,7 +10,7 @@ from runner import hilbert as hb
 from runner import operators
 from runner.errors import ConfigError
 from runner.vmc import ratio_of
-from tests.dense import basis_index, dense_heisenberg, dense_ising
+from tests.dense import Z, basis_index, dense_heisenberg, dense_ising, dense_pauli, dense_psi, dense_rotation, site_op
 
 LATTICES = {
     "chain6_pbc": lambda **kw: hb.chain(6, pbc=True, **kw),
@@ -125,3 +125,220 @@ def test_bad_values_raise_config_error(make, key):
     with pytest.raises(ConfigError) as info:
         make()
     assert info.value.key == key
+
+
+# --- every lattice kind and every Hamiltonian kind against dense Kronecker products ---------
+
+SMALL_LATTICES = {
+    "chain4_pbc": lambda: hb.chain(4),
+    "chain5_obc": lambda: hb.chain(5, pbc=False),
+    "square2x2_pbc": lambda: hb.square(2),
+    "triangular3_pbc": lambda: hb.triangular(3),
+    "triangular2x3_obc": lambda: hb.triangular(Lx=2, Ly=3, pbc=False),
+    "honeycomb2_pbc": lambda: hb.honeycomb(2),
+    "honeycomb1x3_obc": lambda: hb.honeycomb(Lx=1, Ly=3, pbc=False),
+    "kagome1x3_pbc": lambda: hb.kagome(Lx=1, Ly=3),
+    "kagome1x2_obc": lambda: hb.kagome(Lx=1, Ly=2, pbc=False),
+    "graph5": lambda: hb.graph(5, [[0, 1], [1, 2], [2, 3], [3, 4], [4, 0], [0, 2]], next_edges=[[1, 3], [1, 4]]),
+}
+PAULI_TERMS = [  # Y terms, complex coefficients (Hermitian once combined), explicit site tuples
+    {"coeff": 0.7, "ops": "XY", "on": "bonds"},
+    {"coeff": -0.4, "ops": "YX", "on": "bonds"},
+    {"coeff": "0.3j", "ops": "XY", "on": [[0, 0], [1, 1]]},  # i X Y = -Z on one site
+    {"coeff": 0.5, "ops": "ZXZ", "on": [[0, 1, 2], [2, 1, 0]]},
+    {"coeff": -0.6, "ops": "Y", "on": "sites"},
+    {"coeff": "0.25+0j", "ops": "ZZ", "on": "next_bonds"},
+]
+
+
+def _expand(lattice, terms):
+    """The (coeff, ops, sites) list of a `pauli` config, expanded here independently."""
+    out = []
+    for t in terms:
+        on = {"sites": [[i] for i in range(lattice.n_sites)], "bonds": lattice.bonds.tolist(),
+              "next_bonds": lattice.next_bonds.tolist()}.get(t["on"], t["on"]) if isinstance(t["on"], str) else t["on"]
+        out += [(complex(t["coeff"]), t["ops"], tuple(s)) for s in on]
+    return out
+
+
+def _hamiltonian_and_dense(kind, lattice):
+    """(PauliSum, dense H in the basis the PauliSum is written in)."""
+    n = lattice.n_sites
+    j2 = 0.0 if lattice.next_bonds_issue else 0.35
+    if kind == "ising":
+        return operators.ising(lattice, J=0.8, h=1.3), dense_ising(lattice.bonds, n, 0.8, 1.3)
+    if kind == "heisenberg":
+        ham = operators.heisenberg(lattice, J=1.1, J2=j2, sign_rule=None)
+        H = dense_heisenberg(lattice.bonds, lattice.next_bonds, n, 1.1, j2)
+    elif kind == "xxz":
+        ham = operators.xxz(lattice, J=0.9, Delta=0.6, hz=0.3)
+        H = dense_pauli([(0.9 * d, ops, tuple(b)) for b in lattice.bonds for d, ops in ((1, "XX"), (1, "YY"), (0.6, "ZZ"))]
+                        + [(-0.3, "Z", (i,)) for i in range(n)], n)
+    else:
+        terms = PAULI_TERMS if not lattice.next_bonds_issue else PAULI_TERMS[:-1]
+        ham = operators.pauli(lattice, terms)
+        H = dense_pauli(_expand(lattice, terms), n)
+    U = dense_rotation(ham.rotated or (), n)
+    return ham, U @ H @ U
+
+
+KINDS = ["ising", "heisenberg", "xxz", "pauli"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("lattice_name", list(SMALL_LATTICES))
+def test_every_lattice_and_hamiltonian_matches_dense(lattice_name, kind):
+    lattice = SMALL_LATTICES[lattice_name]()
+    ham, H = _hamiltonian_and_dense(kind, lattice)
+    assert np.allclose(H, H.conj().T)
+    states = hb.all_states(lattice)
+    idx = basis_index(states)
+    H = H[np.ix_(idx, idx)]
+    np.testing.assert_allclose(operators.to_sparse(ham, states).toarray(), H, atol=1e-12)
+    # connected(): the same elements, row by row
+    for row in (0, 5, len(states) - 1):
+        sigmap_KxN, mel_K, diag = operators.connected(ham, jnp.asarray(states[row]))
+        np.testing.assert_allclose(diag, H[row, row].real, atol=1e-12)
+        cols = np.searchsorted(hb.states_to_codes(states), hb.states_to_codes(np.asarray(sigmap_KxN)))
+        np.testing.assert_allclose(np.asarray(mel_K), H[row, cols], atol=1e-12)
+    # exact properties against the dense matrix
+    Sz = sum(site_op(Z, i, lattice.n_sites) for i in range(lattice.n_sites))[np.ix_(idx, idx)]
+    assert operators.conserves_sz(ham) == np.allclose(H @ Sz, Sz @ H)
+    off = H - np.diag(np.diag(H))
+    assert operators.is_stoquastic(ham) == bool(np.all(np.abs(off.imag) < 1e-12) and np.all(off.real < 1e-12))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("lattice_name", ["chain5_obc", "triangular3_pbc", "honeycomb2_pbc", "kagome1x2_obc", "graph5"])
+def test_local_energies_of_every_hamiltonian_match_dense(lattice_name, kind):
+    lattice = SMALL_LATTICES[lattice_name]()
+    ham, H = _hamiltonian_and_dense(kind, lattice)
+    states = hb.all_states(lattice)
+    model = RBM(alpha=1, param_dtype=jnp.complex128)
+    params = model.init(jax.random.PRNGKey(5), states[0])["params"]
+    params = jax.tree_util.tree_map(lambda x: x * 20, params)
+    logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
+    psi = dense_psi(logpsi(params, jnp.asarray(states)), states)
+    idx = basis_index(states)
+    expected = (H @ psi)[idx] / psi[idx]
+    for ratio in (None, ratio_of(model)):
+        e_loc = jax.jit(jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio)))  # noqa: B023
+        np.testing.assert_allclose(np.asarray(e_loc(jnp.asarray(states))), expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("use_ratio", [False, True])
+def test_zero_elements_do_not_multiply_overflowing_ratios(use_ratio):
+    """Issue 11a: Heisenberg L=8, Sz=0, float32 RBM with a uniform visible bias of 25: a flip of
+    a parallel pair (element 0) has psi ratio e^{+-100}, inf in float32; E_loc must stay finite."""
+    lattice = hb.chain(8, total_sz=0)
+    ham = operators.heisenberg(lattice)
+    states = jnp.asarray(hb.all_states(lattice))
+    model32, model64 = RBM(alpha=1, param_dtype=jnp.float32), RBM(alpha=1, param_dtype=jnp.float64)
+    params = model32.init(jax.random.PRNGKey(0), states[0])["params"]
+    params = {**params, "visible_bias": jnp.full_like(params["visible_bias"], 25.0)}
+    params64 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float64), params)
+    ratio = ratio_of(model32) if use_ratio else None
+    logpsi32 = lambda p, s: model32.apply({"params": p}, s)  # noqa: E731
+    eloc = jax.jit(jax.vmap(lambda s: operators.local_energy(ham, logpsi32, params, s, ratio_fn=ratio)))(states)
+    assert np.all(np.isfinite(np.asarray(eloc)))
+    H = operators.to_sparse(ham, np.asarray(states)).toarray()
+    psi = np.exp(np.asarray(model64.apply({"params": params64}, states), np.float64))
+    np.testing.assert_allclose(np.asarray(eloc, np.float64), (H @ psi) / psi, rtol=2e-4, atol=2e-4)
+    weights = psi**2 / np.sum(psi**2)
+    np.testing.assert_allclose(np.sum(weights * np.asarray(eloc, np.float64)), psi @ H @ psi / (psi @ psi), rtol=1e-4)
+
+
+def test_sign_rule_default_only_where_it_makes_h_stoquastic():
+    chain = hb.chain(6)
+    antiferro = operators.heisenberg(chain, J=1.0)
+    assert antiferro.rotated == tuple(np.nonzero(chain.sublattice)[0]) and operators.is_stoquastic(antiferro)
+    ferro = operators.heisenberg(chain, J=-1.0)
+    assert ferro.rotated is None and operators.is_stoquastic(ferro)
+    frustrated = operators.heisenberg(chain, J=1.0, J2=0.5)
+    assert frustrated.rotated is None and not operators.is_stoquastic(frustrated)
+    forced = operators.heisenberg(chain, J=1.0, J2=0.5, sign_rule=True)
+    assert forced.rotated is not None
+    states = hb.all_states(chain)
+    np.testing.assert_allclose(np.linalg.eigvalsh(operators.to_sparse(forced, states).toarray()),
+                               np.linalg.eigvalsh(operators.to_sparse(frustrated, states).toarray()), atol=1e-10)
+    assert operators.heisenberg(chain, sign_rule=False).rotated is None
+    assert operators.heisenberg(hb.triangular(3)).rotated is None  # not bipartite: default off
+    with pytest.raises(ConfigError) as info:
+        operators.heisenberg(hb.triangular(3), sign_rule=True)
+    assert info.value.key == "sign_rule"
+
+
+def test_rotate_like_maps_observables_into_the_simulated_basis():
+    lattice = hb.chain(4, pbc=False)
+    ham = operators.heisenberg(lattice)  # Marshall-rotated on sites 1, 3
+    assert ham.rotated == (1, 3)
+    terms = [(0.5, "XX", (0, 1)), (-0.3, "YZ", (1, 2)), (0.2, "Z", (3,)), (0.1, "XY", (2, 3))]
+    obs = operators.pauli_sum(4, terms)
+    rotated = operators.rotate_like(ham, obs)
+    U = dense_rotation((1, 3), 4)
+    states = hb.all_states(lattice)
+    idx = basis_index(states)
+    np.testing.assert_allclose(operators.to_sparse(rotated, states).toarray(), (U @ dense_pauli(terms, 4) @ U)[np.ix_(idx, idx)],
+                               atol=1e-12)
+    assert operators.rotate(rotated, (1, 3)).terms == obs.terms  # U U = 1
+    # <psi|O|psi> = <U psi|U O U|U psi>
+    psi = np.random.default_rng(0).standard_normal(16) + 0j
+    H_obs = dense_pauli(terms, 4)
+    np.testing.assert_allclose(psi.conj() @ H_obs @ psi, (U @ psi).conj() @ (U @ H_obs @ U) @ (U @ psi))
+
+
+def test_pauli_sum_combines_strings_and_checks_hermiticity():
+    op = operators.pauli_sum(3, [(0.5, "XX", (0, 1)), (1.0, "YY", (0, 1)), (0.5, "XX", (1, 0))])
+    assert len(op.terms) == 2 and op.n_connected == 1
+    # X X + Y Y on a parallel pair: one connected configuration with element 0
+    _, mel_K, _ = operators.connected(op, jnp.array([1, 1, -1], jnp.int8))
+    np.testing.assert_allclose(mel_K, [0.0])
+    with pytest.raises(ConfigError):
+        operators.pauli_sum(2, [(1j, "XY", (0, 1))])
+    assert operators.pauli_sum(2, [(1j, "XY", (0, 0))]).terms == ((-1.0, "Z", (0,)),)
+    assert operators.pauli_sum(2, [(1.0, "ZZ", (0, 1)), (-1.0, "ZZ", (1, 0))]).terms == ()
+
+
+def test_next_bond_shell_convention_against_dense():
+    """Issue 11c: chain L=4's next bonds (0, 2), (1, 3) each once; L=3 refuses J2."""
+    lattice = hb.chain(4)
+    ham = operators.heisenberg(lattice, J=1.0, J2=0.7, sign_rule=False)
+    H = dense_heisenberg([(0, 1), (1, 2), (2, 3), (0, 3)], [(0, 2), (1, 3)], 4, 1.0, 0.7)
+    np.testing.assert_allclose(operators.to_sparse(ham, hb.all_states(lattice)).toarray(),
+                               H[np.ix_(basis_index(hb.all_states(lattice)), basis_index(hb.all_states(lattice)))], atol=1e-12)
+    for make in (lambda: operators.heisenberg(hb.chain(3), J2=0.5),
+                 lambda: operators.pauli(hb.chain(3), [{"coeff": 1.0, "ops": "XX", "on": "next_bonds"}])):
+        with pytest.raises(ConfigError, match="next"):
+            make()
+    assert operators.heisenberg(hb.chain(3), J2=0.0).n_connected == 3
+
+
+def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(caplog):
+    from runner.build import build
+    from tests.test_config import compose_config
+
+    with pytest.raises(ConfigError) as info:
+        build(compose_config(["hamiltonian=ising", "sampler=metropolis_exchange"]))
+    assert info.value.key == "sampler"
+    with pytest.raises(ConfigError) as info:
+        build(compose_config(["hamiltonian=pauli", "hilbert.total_sz=0", "sampler=metropolis_exchange"]))
+    assert info.value.key == "hilbert.total_sz"
+    build(compose_config(["hamiltonian=xxz", "hilbert.total_sz=0", "sampler=metropolis_exchange"]))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        build(compose_config(["hamiltonian=heisenberg", "hilbert.total_sz=0", "sampler=metropolis_exchange"]))
+        assert not [r for r in caplog.records if "stoquastic" in r.getMessage()]
+        build(compose_config(["hamiltonian=heisenberg", "hamiltonian.sign_rule=false", "hilbert.total_sz=0",
+                              "sampler=metropolis_exchange"]))
+        build(compose_config(["hamiltonian=heisenberg", "hamiltonian.sign_rule=false", "hilbert.total_sz=0",
+                              "sampler=metropolis_exchange", "dtype=complex128"]))
+    assert len([r for r in caplog.records if "stoquastic" in r.getMessage()]) == 1
+
+
+def test_pauli_config_option_reads_yaml_terms():
+    from runner.build import build
+    from tests.test_config import compose_config
+
+    experiment = build(compose_config(["hamiltonian=pauli", "hilbert.L=6"]))
+    reference = operators.ising(experiment.hilbert, J=1.0, h=1.0)
+    assert experiment.hamiltonian.terms == reference.terms
