@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import checkpoint, health, parallel
 from runner.build import Experiment, build
+from runner import observables
 from runner import fingerprint, sweep_cache
 from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
+CORRELATIONS = "correlations.json"  # with observables: the <Z_i Z_j> matrix and S(q) on every momentum
 WARMUP_STEPS = 2  # excluded from seconds_per_iter
 EXACT_CACHE = ".exact_cache"  # under a sweep's directory: exact energies shared by its points
 EXACT_KEYS = ("hilbert.", "hamiltonian.")  # the config the exact ground energy depends on
@@ -270,13 +272,15 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
 
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         compile_seconds, step_times, final = None, [], {}
+        observed = None  # with observables: (summary fields, correlations.json)
         if stop.requested():  # during the set-up: nothing to compile
             status, reason = _stopped_before_first_step(stop)
         else:
             t = time.perf_counter()
             step_fn = (
                 jax.jit(
-                    functools.partial(vmc_step, problem),
+                    functools.partial(vmc_step, problem,
+                                      observe=observables.step_observer(experiment.observables, problem)),
                     in_shardings=(shardings,),
                     out_shardings=(shardings, layout.replicated),
                 )
@@ -288,9 +292,12 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                                                           metrics_log, stop)
         if status == "completed":
             _save(run_dir, state, _checkpoint_meta(settings, settings.n_iter))
-            est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds),
-                          in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
-            final = {k: _finite(v) for k, v in parallel.to_host(est(state)[1]).items()}
+            if experiment.observables is None:
+                est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds),
+                              in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
+                final = {k: _finite(v) for k, v in parallel.to_host(est(state)[1]).items()}
+            else:
+                final, observed = _estimate_with_observables(experiment, state, shardings, layout)
 
         timed = step_times[WARMUP_STEPS:] or step_times
         summary = _summary(experiment, layout, status, final, exact_energy, n_params,
@@ -299,6 +306,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                            time.perf_counter() - wall_start, metrics_log.records)
         fingerprint.stamp(summary, settings.fingerprint)
         summary["reason"] = reason
+        summary.update(observed[0] if observed else {})
         # judged on completed runs only: a stopped run has no final estimate to judge
         summary["warnings"] = health.check(summary, metrics_log.records,
                                            metropolis=not isinstance(problem.sampler, ExactSampler),
@@ -306,6 +314,8 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
         if _is_writer():
             (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
             plot_energy(metrics_log.records, exact_energy, run_dir / "energy.png")
+            if observed:
+                (run_dir / CORRELATIONS).write_text(json.dumps(observed[1]) + "\n")
         _report(summary)
         if status in ("preempted", "interrupted"):
             stop.hand_over()  # under submitit: requeues the job (and exits)
@@ -314,6 +324,24 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
     if status in ("preempted", "interrupted"):
         sys.exit(exit_status(status))
     return summary
+
+
+def _estimate_with_observables(experiment, state, shardings, layout):
+    """The final energy and the observables from the same fresh samples.
+
+    Returns:
+        (final energy metrics, (summary fields, correlations.json)).
+    """
+    problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
+    est = jax.jit(functools.partial(observables.estimate, problem, obs, n_rounds=settings.final_rounds),
+                  in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
+    energy, measured = parallel.to_host(est(state)[1])
+    n_per_chain = settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains
+    fields, correlations = observables.results(obs, measured, n_per_chain)
+    for name, value in fields["observables"].items():
+        if value["mean"] is not None:
+            log.info("%s: %.8f ± %.2e", name, value["mean"], value["error"] or float("nan"))
+    return {k: _finite(v) for k, v in energy.items()}, (fields, correlations)
 
 
 def _stopped_before_first_step(stop: StopRequest) -> tuple[str, str]:
@@ -368,6 +396,7 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
         t = now
         record = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
         record["wall_time"] = metrics_log.elapsed()
+        record = observables.keep_measured(record)  # obs/ fields only at the steps that measured
         metrics_log.append(record)
         if record["energy"] is None:
             status, reason = "failed", f"energy is {float(metrics['energy'])} at step {step}"

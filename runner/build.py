@@ -8,7 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from runner import fingerprint
+from runner import fingerprint, observables
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
 from runner.operators import Hamiltonian
@@ -49,6 +49,7 @@ class Experiment:
     dtype_name: str
     x64: bool
     parallel: dict
+    observables: Any = None  # runner.observables.Observables, or None (observables=none)
 
 
 # Constructor arguments the runner passes itself (`instantiate`'s runtime keywords), and where from.
@@ -178,4 +179,5 @@ def build(config: dict) -> Experiment:
     precondition = instantiate("preconditioner", config["preconditioner"])
     _check_chunk(settings.chunk_size, sampler)
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size)
-    return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]))
+    observed = observables.build(config.get("observables"), hilbert, hamiltonian)
+    return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed)

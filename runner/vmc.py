@@ -292,8 +292,11 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, solver):
     return stats, unravel(update_P.astype(flat.dtype)), solver, info
 
 
-def vmc_step(problem: Problem, state: VMCState):
+def vmc_step(problem: Problem, state: VMCState, observe=None):
     """One VMC iteration: sample, estimate the energy and its gradient, update parameters.
+
+    `observe`: optional (params, sigma_CxTxN, step) -> dict of scalars, measured on the step's
+    own samples and added to the metrics (`runner.observables.step_observer`).
 
     Returns:
         (new_state, metrics): metrics are replicated scalars describing the parameters
@@ -304,10 +307,11 @@ def vmc_step(problem: Problem, state: VMCState):
         problem.sampler, problem.amplitude, state.params, state.chains
     )
     stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver)
+    observed = observe(state.params, sigma_CxTxN, state.step) if observe is not None else {}
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new_state = VMCState(params, opt_state, chains, state.step + 1, solver)
-    return new_state, {**_metrics(stats, acceptance), **info}
+    return new_state, {**_metrics(stats, acceptance), **info, **observed}
 
 
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
