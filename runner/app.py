@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner import checkpoint, health, parallel
 from runner.build import Experiment, build
 from runner import observables
-from runner import fingerprint, sweep_cache
+from runner import fingerprint, restore, sweep_cache
 from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
@@ -257,6 +257,8 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
     exact_energy = _exact_energy(experiment)
 
     state, shardings = _place_state(problem, settings, layout)
+    if not resuming:  # a warm start (init_from) replaces the initial parameters (and chains)
+        state = restore.warm_start(experiment, state, shardings)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     start = 0
     if resuming:

@@ -8,7 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from runner import fingerprint, observables
+from runner import fingerprint, observables, restore
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
 from runner.operators import Hamiltonian
@@ -36,6 +36,7 @@ class Settings:
     final_rounds: int
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
+    init_from: Any = None  # restore.Source of a warm start (init_from), or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +115,9 @@ def read_settings(config: dict) -> Settings:
     if chunk_size is not None:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
+    init_from = restore.source(config)  # a warm start's source run, checked against this config
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds,
-                    fingerprint.of(config))
+                    fingerprint.of(restore.fingerprinted(config, init_from)), init_from)
 
 
 def _check_chunk(chunk_size, sampler):
