@@ -319,6 +319,54 @@ def plot_convergence(rows: list[dict], keys: list[str], path: Path):
     return fig
 
 
+def plot_observables(rows: list[dict], key: str, keys: list[str], path: Path):
+    """Every observable of the runs' summaries (with error bars) against the swept `key`, one
+    panel per observable, one curve per value of the other swept keys.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no completed run with a
+        numeric `key` has observables.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves, names = {}, []
+    for row in rows:
+        x = _as_float(row["overrides"].get(key))
+        observed = (_read_json(row["path"] / SUMMARY) or {}).get("observables") or {}
+        if x is None or row["status"] != "completed" or not observed:
+            continue
+        label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys if k != key)
+        for name, value in observed.items():
+            if value.get("mean") is not None:
+                names += [name] if name not in names else []
+                curves.setdefault(label, {}).setdefault(name, []).append((x, value["mean"], value.get("error") or 0.0))
+    if not names:
+        return None
+    cols = min(3, len(names))
+    n_rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(4.2 * cols, 3.2 * n_rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for label, by_name in curves.items():
+            points = sorted(by_name.get(name, []))
+            if points:
+                xs, means, errors = zip(*points)
+                ax.errorbar(xs, means, yerr=errors, fmt="o-", capsize=3, ms=4, label=label or None)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel(key)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    if len(curves) > 1 and len(curves) <= 12:
+        axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
+
+
 def report(root: Path, plots: bool = True) -> list[dict]:
     """Prints the table, writes report.csv (and report.png, convergence.png) into `root`.
 
@@ -345,6 +393,10 @@ def report(root: Path, plots: bool = True) -> list[dict]:
             written.append(root / "report.png")
         if plot_convergence(rows, keys, root / "convergence.png") is not None:
             written.append(root / "convergence.png")
+        for key in numeric:  # observables against each numeric swept key
+            target = root / ("observables.png" if len(numeric) == 1 else f"observables_{key}.png")
+            if plot_observables(rows, key, keys, target) is not None:
+                written.append(target)
     print("wrote " + ", ".join(str(p) for p in written))
     return rows
 

@@ -267,3 +267,21 @@ def test_cli_run_writes_observables(tmp_path, repo):
     assert observables.MEASURED not in records[1]
     corr = json.loads((run_dir / "correlations.json").read_text())
     assert np.array(corr["zz"]).shape == (6, 6) and len(corr["structure_factor"]) == 6
+
+
+def test_report_plots_observables_against_the_swept_key(tmp_path):
+    from runner import report
+
+    for job, h in enumerate((1.5, 0.5, 1.0)):
+        run = tmp_path / f"{job}_hamiltonian.h={h}"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(f"- hamiltonian.h={h}\n- observables=spin\n")
+        values = {"mz2": {"mean": 1.0 / h, "error": 0.01}, "magnetization_x": {"mean": h / 2, "error": 0.02}}
+        (run / "summary.json").write_text(json.dumps({"status": "completed", "energy": -h, "energy_error": 0.1,
+                                                      "observables": values}))
+    report.report(tmp_path)
+    assert (tmp_path / "observables.png").is_file()
+    fig = report.plot_observables(report.collect(tmp_path), "hamiltonian.h", ["hamiltonian.h"], tmp_path / "o.png")
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+    assert set(panels) == {"mz2", "magnetization_x"}
+    np.testing.assert_allclose(panels["mz2"].lines[0].get_xydata(), [[0.5, 2.0], [1.0, 1.0], [1.5, 1 / 1.5]])
