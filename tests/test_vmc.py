@@ -1,15 +1,20 @@
-"""The VMC core: chunked evaluation equals unchunked; the final estimate pools its rounds."""
+"""The VMC core: chunked evaluation equals unchunked and bounds memory; CG reports its work;
+32-bit runs end to end; the final estimate pools its rounds."""
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
 
-from runner import app, parallel
+from runner import app, parallel, precond
 from runner.build import build
 from runner.sampler import sample
-from runner.vmc import estimate, init_state, local_energies, log_derivatives
+from runner.vmc import estimate, gradient_mode, init_state, jacobian, local_energies, log_derivatives, vmc_step
+from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 
 BASE = ["hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
@@ -48,3 +53,86 @@ def test_final_estimate_pools_rounds_as_longer_chains():
     # Four times the samples: the error shrinks by about two (allowing for tau and noise).
     assert 0.25 < four["energy_error"] / one["energy_error"] < 0.9
     assert abs(four["energy"] - one["energy"]) < 5 * one["energy_error"]
+
+
+def _cg_problem_and_samples(model_overrides, chunk_size=None):
+    experiment = build(compose_config(["hilbert.L=16", "sampler.n_samples=1024", "sampler.n_chains=16",
+                                       "preconditioner.solver=cg", "exact=false", *model_overrides,
+                                       f"chunk_size={chunk_size or 'null'}"]))
+    problem = experiment.problem
+    state = init_state(problem, 0, jnp.ones((16,), jnp.int8))
+    _, sigma, _ = sample(problem.sampler, problem.amplitude, state.params, state.chains)
+    return problem, state, sigma
+
+
+# The RBM's own products, the generic jax.linearize path, and complex (holomorphic) parameters.
+CG_MODELS = {"rbm": ["model.alpha=8"], "mlp": ["model=mlp", "model.hidden=[64]"],
+             "rbm_complex": ["model.alpha=2", "dtype=complex128"]}
+
+
+@pytest.mark.parametrize("name", sorted(CG_MODELS))
+def test_chunked_cg_products_and_step_equal_unchunked_and_use_less_memory(name):
+    whole, state, sigma = _cg_problem_and_samples(CG_MODELS[name])
+    chunked = dataclasses.replace(whole, chunk_size=64)  # 4 samples of each of the 16 chains at a time
+    mode = gradient_mode(state.params, whole.model)
+    v = ravel_pytree(state.params)[0] * 0.7 + 0.01
+    w = jax.random.normal(jax.random.PRNGKey(1), (1024,))
+
+    def products(problem):
+        def f(params, sigma, v, w):
+            jac = jacobian(problem, params, sigma, mode)
+            return jac.matvec(v), jac.rmatvec(jac.to_samples(w)), jac.rmatvec(jac.matvec(v))
+        return jax.jit(f)
+
+    for a, b in zip(products(chunked)(state.params, sigma, v, w), products(whole)(state.params, sigma, v, w)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    # Memory: what a CG iteration's products hold at once shrinks with the chunk.
+    temp = {p.chunk_size: products(p).lower(state.params, sigma, v, w).compile().memory_analysis().temp_size_in_bytes
+            for p in (whole, chunked)}
+    assert temp[64] < 0.75 * temp[None], temp
+    # A whole step with CG. Its Krylov recurrence amplifies the products' last-bit differences
+    # (the chunks' partial sums are added in another order than one sum over a chain) up to
+    # the solve's tolerance, so CG solves tightly here to compare the steps themselves.
+    tight = precond.sr(solver="cg", cg_tol=1e-12, cg_maxiter=5000)
+    step = lambda problem: jax.jit(lambda s: vmc_step(dataclasses.replace(problem, precondition=tight), s))  # noqa: E731
+    (new_c, metrics_c), (new_w, metrics_w) = step(chunked)(state), step(whole)(state)
+    assert int(metrics_w["cg_iters"]) > 0
+    for a, b in zip(jax.tree_util.tree_leaves(new_c.params), jax.tree_util.tree_leaves(new_w.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(metrics_c["energy"], metrics_w["energy"], rtol=1e-12)
+
+
+def test_metrics_report_cg_work_only_for_cg():
+    problem, state, _ = _cg_problem_and_samples(["model.alpha=1"])
+    _, metrics = jax.jit(lambda s: vmc_step(problem, s))(state)
+    assert int(metrics["cg_iters"]) >= 1 and 0 <= float(metrics["cg_residual"]) <= 1e-5
+    dense = dataclasses.replace(problem, precondition=precond.sr(solver="cholesky"))
+    _, metrics = jax.jit(lambda s: vmc_step(dense, s))(init_state(dense, 0, jnp.ones((16,), jnp.int8)))
+    assert "cg_iters" not in metrics and "cg_residual" not in metrics
+
+
+DTYPE_RUN = ["hilbert.L=8", "sampler.n_samples=512", "sampler.n_chains=16", "n_iter=60", "final_rounds=2",
+             "exact=true", "checkpoint_every=1000"]
+
+
+@pytest.mark.parametrize("overrides", [
+    ["dtype=float32"],
+    ["dtype=float32", "preconditioner.solver=cg"],
+    ["dtype=complex64", "hamiltonian=heisenberg", "hilbert.total_sz=0", "sampler=metropolis_exchange",
+     "preconditioner.solver=cg"],
+], ids=["float32", "float32_cg", "complex64_heisenberg_cg"])
+def test_single_precision_runs_end_to_end(overrides, tmp_path):
+    """32-bit runs from the command line finish near the exact energy, and CG converges at
+    the dtype's default tolerance instead of running to cg_maxiter."""
+    proc = run_cli([*DTYPE_RUN, *overrides, f"hydra.run.dir={tmp_path}"], REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert np.isfinite(summary["energy"]) and summary["relative_error"] < 0.02, summary
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(r["energy"]) for r in records)
+    if "preconditioner.solver=cg" in overrides:
+        iters = [r["cg_iters"] for r in records]
+        assert max(iters) < 1000 and all(r["cg_residual"] <= 1e-3 for r in records), iters
+    else:
+        assert all("cg_iters" not in r for r in records)
