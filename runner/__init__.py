@@ -1,1 +1,12 @@
 """vmc-runner: Hydra-configured variational Monte Carlo for neural quantum states in JAX."""
+
+
+def load(run_dir):
+    """The trained state of a run directory: `.config`, `.params`, `.log_psi(sigma)`,
+    `.sample(n)`, `.expect(name or Pauli terms)`, `.metrics` (see `runner.api.load`).
+
+    Imported on first use, so `import runner` stays light (the CLI configures JAX first).
+    """
+    from runner.api import load as _load
+
+    return _load(run_dir)

@@ -1,0 +1,199 @@
+"""`runner.load(RUN_DIR)`: a trained run in Python: its config, parameters, log psi, samples, expectation values and metrics."""
+
+import functools
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+from runner import restore
+
+
+class Estimate(NamedTuple):
+    """A Monte Carlo estimate: `mean, error = run.expect(...)`."""
+
+    mean: float
+    error: float
+
+
+class TrainedRun:
+    """A run's checkpointed state on the default device (see `load`).
+
+    Attributes:
+        run_dir: the run directory.
+        config: the resolved config the run was composed with (a plain dict).
+        params: the model parameters (a pytree of jax arrays).
+        step: the number of VMC steps the checkpoint holds.
+        hilbert, hamiltonian, model, sampler: the objects the run was built with (the
+            Hamiltonian as simulated, i.e. after any sign rule).
+    """
+
+    def __init__(self, trained: restore.Trained):
+        import jax
+        import jax.numpy as jnp
+
+        self.run_dir = trained.run_dir
+        self.config = trained.config
+        experiment = trained.experiment
+        self.hilbert, self.hamiltonian = experiment.hilbert, experiment.hamiltonian
+        self._problem = experiment.problem
+        self.model, self.sampler = self._problem.model, self._problem.sampler
+        self.params = jax.tree_util.tree_map(jnp.asarray, trained.state.params)
+        self.step = int(trained.meta["step"])
+        self._chains = jax.tree_util.tree_map(jnp.asarray, trained.state.chains)
+        self._log_psi = jax.jit(self._problem.logpsi)
+        self._statistics = {}
+        self._run_observables = experiment.observables
+
+    def __repr__(self):
+        return f"TrainedRun({str(self.run_dir)!r}, step={self.step}, n_sites={self.hilbert.n_sites})"
+
+    @property
+    def summary(self) -> dict | None:
+        """The run's summary.json, or None when it has none."""
+        path = Path(self.run_dir) / "summary.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    @property
+    def metrics(self):
+        """metrics.jsonl as a pandas DataFrame, one row per step."""
+        import pandas as pd
+
+        path = Path(self.run_dir) / "metrics.jsonl"
+        lines = path.read_text().splitlines() if path.is_file() else []
+        return pd.DataFrame([json.loads(line) for line in lines if line.strip()])
+
+    def log_psi(self, sigma):
+        """log psi of spin configurations.
+
+        Args:
+            sigma: +-1 spins [..., N] (any integer or float array).
+
+        Returns:
+            log psi [...] (complex for complex parameters).
+        """
+        import jax.numpy as jnp
+        import numpy as np
+
+        sigma = np.asarray(sigma)
+        if sigma.ndim < 1 or sigma.shape[-1] != self.hilbert.n_sites:
+            raise ValueError(f"sigma must have shape [..., {self.hilbert.n_sites}] (got {list(sigma.shape)})")
+        if not np.all(np.abs(sigma) == 1):
+            raise ValueError("sigma must hold spins +1 (up) and -1 (down)")
+        return self._log_psi(self.params, jnp.asarray(sigma, jnp.int8))
+
+    def _sampler(self, n: int):
+        import dataclasses
+
+        from runner.sampler import _check_counts
+
+        _check_counts(n, self.sampler.n_chains)  # n must be a multiple of n_chains, >= 2 per chain
+        return dataclasses.replace(self.sampler, n_samples=int(n))
+
+    @functools.cache
+    def _sample_fn(self, n: int):
+        import jax
+
+        from runner.sampler import sample
+
+        return jax.jit(functools.partial(sample, self._sampler(n), self._problem.amplitude))
+
+    def _draw(self, n):
+        """sigma [C, n / C, N], continuing the run's chains (each call gives new samples)."""
+        self._chains, sigma_CxTxN, _ = self._sample_fn(n)(self.params, self._chains)
+        return sigma_CxTxN
+
+    def sample(self, n: int):
+        """`n` configurations from |psi|^2 with the run's sampler, continuing its chains.
+
+        Args:
+            n: number of samples, a multiple of the run's `sampler.n_chains`.
+
+        Returns:
+            NumPy int8 spins [n, N], chain by chain.
+        """
+        import numpy as np
+
+        return np.asarray(self._draw(n)).reshape(n, self.hilbert.n_sites)
+
+    def _observables_for(self, observable):
+        """The `runner.observables.Observables` that measures `observable` (see `expect`), None
+        for "energy"."""
+        from runner import observables, operators
+
+        if isinstance(observable, str):
+            if observable == "energy":
+                return None
+            for obs in (self._run_observables, observables.spin(self.hilbert, self.hamiltonian)):
+                if obs is not None and observable in obs.all_names:
+                    return obs
+            known = ["energy", *(self._run_observables.all_names if self._run_observables else ()),
+                     *observables.SPIN_NAMES]
+            raise KeyError(f"unknown observable {observable!r}; known: {', '.join(dict.fromkeys(known))}, "
+                           "or a list of Pauli terms {coeff, ops, on}")
+        if not isinstance(observable, operators.PauliSum):
+            observable = observables.pauli_terms(self.hilbert, "expression", list(observable))
+        return observables.make(self.hilbert, self.hamiltonian, [("expression", observable)])
+
+    def expect(self, observable, n_samples: int | None = None) -> Estimate:
+        """<psi|O|psi> / <psi|psi> from `n_samples` fresh samples (default: the run's n_samples),
+        continuing the run's chains.
+
+        Args:
+            observable: "energy"; a name of the run's observables or of the `spin` set
+                (magnetization_x, magnetization_z, mz2, zz_nn, xx_nn, structure_factor_zz); a
+                list of Pauli terms in the `pauli` Hamiltonian format ({coeff, ops, on}, in the
+                user's original basis); or a `runner.operators.PauliSum` in that basis.
+            n_samples: a multiple of the run's `sampler.n_chains`.
+
+        Returns:
+            Estimate(mean, error): the real part of the mean (O is Hermitian) and its error.
+        """
+        import jax
+
+        from runner import observables
+
+        obs = self._observables_for(observable)
+        sigma_CxTxN = self._draw(n_samples or self.sampler.n_samples)
+        if obs is not None:
+            value = observables.expect(obs, self._problem, self.params, sigma_CxTxN)[
+                observable if isinstance(observable, str) else "expression"]
+            return Estimate(value["mean"], value["error"])
+        if "energy" not in self._statistics:
+            self._statistics["energy"] = _local_statistics(self._problem, self.hamiltonian)
+        stats = self._statistics["energy"](self.params, sigma_CxTxN)
+        return Estimate(float(jax.numpy.real(stats.mean)), float(stats.error_of_mean))
+
+
+def _local_statistics(problem, op):
+    """(params, sigma [C, T, N]) -> Stats of the local estimator of `op` (jitted)."""
+    import jax
+
+    from runner import operators, stats, vmc
+
+    e_loc = functools.partial(operators.local_energy, op, problem.logpsi, ratio_fn=vmc.ratio_of(problem.model))
+    per_sample = jax.vmap(jax.vmap(e_loc, in_axes=(None, 0)), in_axes=(None, 0))
+    return jax.jit(lambda params, sigma_CxTxN: stats.statistics(per_sample(params, sigma_CxTxN)))
+
+
+def load(run_dir) -> TrainedRun:
+    """The trained state of a run directory, for a notebook.
+
+    Enables 64-bit types when the run's dtype needs them (before its state is read).
+
+    Args:
+        run_dir: a run directory (with .hydra/ and checkpoint/).
+
+    Returns:
+        A TrainedRun: `.config`, `.params`, `.log_psi(sigma)`, `.sample(n)`, `.expect(O)`,
+        `.metrics`.
+    """
+    from runner.parallel import configure_runtime
+
+    configure_runtime()  # effective only if JAX has not started yet
+    import jax
+
+    config = restore.read_config(run_dir)
+    experiment = restore.experiment_of(config)
+    if experiment.x64:
+        jax.config.update("jax_enable_x64", True)
+    return TrainedRun(restore.load(run_dir, experiment))

@@ -1,0 +1,186 @@
+"""`python -m runner.evaluate RUN_DIR [overrides]`: energy, variance, V-score and observables of a run's checkpoint from fresh samples."""
+
+import functools
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from runner import restore
+from runner.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EVALUATION = "evaluation.json"
+USAGE = "usage: python -m runner.evaluate RUN_DIR [overrides, e.g. sampler.n_samples=65536 final_rounds=4 parallel=sharded]"
+
+
+def compose_config(run_dir, overrides) -> dict:
+    """The run's config with `overrides` applied, as Hydra composes them.
+
+    The run's own record (.hydra/config.yaml) is the base; a top-level key or group is taken
+    from the composition only where the overrides change it (so a conf/ edited since the run
+    does not leak in).
+
+    Raises:
+        ConfigError: an override Hydra cannot compose, or one that changes the Hamiltonian,
+            model, lattice or dtype (naming the key and both values).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from runner import fingerprint
+    from runner.cli import CONF_DIR
+
+    stored = restore.read_config(run_dir)
+    run_overrides = restore.read_overrides(run_dir)
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            base = OmegaConf.to_container(compose("config", overrides=run_overrides), resolve=True)
+            new = OmegaConf.to_container(compose("config", overrides=[*run_overrides, *overrides]), resolve=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError("overrides", f"cannot be composed with the run's config ({str(err).splitlines()[0]})") from None
+    config = dict(stored)
+    for key in new:
+        if base.get(key) != new[key]:
+            config[key] = new[key]
+    restore.refuse_difference(
+        fingerprint.of(stored), fingerprint.of(config), restore.PHYSICS_KEYS, f"the run {run_dir}",
+        "an evaluation measures the run's own state (its Hamiltonian, model, lattice and dtype)",
+        here="the overrides",
+    )
+    return config
+
+
+def _finite(x):
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def evaluate(run_dir, overrides=()) -> dict:
+    """Estimates energy, variance, V-score (and with `observables=...`, observables) at a run's
+    checkpointed parameters.
+
+    Samples `final_rounds` rounds of `sampler.n_samples` with the (overridden) sampler on the
+    (overridden) parallel backend. The checkpoint's chains are continued when the number of
+    chains and the seed are the run's (with the run's own settings this reproduces its final
+    estimate exactly); otherwise fresh chains start from `seed`.
+
+    Args:
+        run_dir: a run directory (with .hydra/ and checkpoint/).
+        overrides: Hydra overrides (sampler, final_rounds, seed, chunk_size, parallel, observables).
+
+    Returns:
+        The evaluation dict, also written to RUN_DIR/evaluation.json by process 0.
+
+    Raises:
+        ConfigError: a bad override or run directory.
+    """
+    import jax
+    import numpy as np
+
+    from runner import observables, parallel
+    from runner.sampler import init_chains
+    from runner.vmc import estimate
+
+    started = time.perf_counter()
+    run_dir = Path(run_dir)
+    config = compose_config(run_dir, list(overrides))
+    experiment = restore.experiment_of(config)
+    parallel.initialize(experiment.parallel, experiment.x64)
+    layout = parallel.make_mesh(experiment.parallel["backend"])
+    problem, settings = experiment.problem, experiment.settings
+    parallel.check_chains(problem.sampler.n_chains, layout)
+
+    trained = restore.load(run_dir)
+    state = trained.state
+    run_sampler = trained.experiment.problem.sampler
+    continued = problem.sampler.n_chains == run_sampler.n_chains and settings.seed == trained.experiment.settings.seed
+    if not continued:
+        state = state._replace(chains=jax.tree_util.tree_map(np.asarray, init_chains(problem.sampler, settings.seed)))
+    shardings = parallel.shard_state(state, layout)
+    obs = experiment.observables
+    if obs is None:
+        fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
+    else:  # the energy and the observables from the same samples, as a run's final estimate
+        fn = functools.partial(observables.estimate, problem, obs, n_rounds=settings.final_rounds)
+    est = jax.jit(fn, in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
+    out = parallel.to_host(est(parallel.from_host(state, shardings))[1])
+    metrics, observed = (out, {}) if obs is None else (out[0], observables.results(
+        obs, out[1], settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains)[0])
+    metrics = {k: _finite(v) for k, v in metrics.items()}
+
+    energy, variance = metrics["energy"], metrics["variance"]
+    n_sites = experiment.hilbert.n_sites
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    exact_energy = summary.get("exact_energy")
+    result = {
+        "energy": energy,
+        "energy_error": metrics["energy_error"],
+        "variance": variance,
+        "v_score": n_sites * variance / energy**2 if energy and variance is not None else None,
+        "r_hat": metrics["r_hat"],
+        "tau_corr": metrics["tau_corr"],
+        "acceptance": metrics["acceptance"],
+        "exact_energy": exact_energy,
+        "relative_error": abs(energy - exact_energy) / abs(exact_energy) if energy is not None and exact_energy else None,
+        "step": int(trained.meta["step"]),
+        "n_samples": problem.sampler.n_samples,
+        "final_rounds": settings.final_rounds,
+        "total_samples": problem.sampler.n_samples * settings.final_rounds,
+        "n_chains": problem.sampler.n_chains,
+        "chains": "checkpoint" if continued else f"fresh (seed {settings.seed})",
+        "backend": experiment.parallel["backend"],
+        "processes": jax.process_count(),
+        "devices": layout.n_devices,
+        "overrides": list(overrides),
+        **observed,  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
+        "config_fingerprint": trained.meta.get("config_fingerprint"),
+        "wall_seconds": time.perf_counter() - started,
+    }
+    if jax.process_index() == 0:
+        tmp = run_dir / f".{EVALUATION}.tmp"
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        os.replace(tmp, run_dir / EVALUATION)
+    return result
+
+
+def main(argv=None):
+    """The command line: one sentence and status 2 for a bad run directory or override."""
+    from runner.parallel import DistributedInitError, configure_runtime
+
+    configure_runtime()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0].startswith("-") or "=" in argv[0]:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    try:
+        result = evaluate(argv[0], argv[1:])
+    except ConfigError as err:
+        print(f"Config error: {err.sentence()}", file=sys.stderr)
+        sys.exit(2)
+    except DistributedInitError as err:
+        print(err, file=sys.stderr)
+        sys.exit(1)
+    lines = [f"energy: {result['energy']:.10f} ± {result['energy_error']:.2e}  (V-score {result['v_score']:.2e}, "
+             f"{result['total_samples']} samples at step {result['step']}, chains: {result['chains']})"]
+    if result["relative_error"] is not None:
+        lines.append(f"relative error: {result['relative_error']:.2e} (exact {result['exact_energy']:.10f})")
+    for name, value in result.get("observables", {}).items():
+        if value["mean"] is not None:
+            lines.append(f"{name}: {value['mean']:.8f} ± {value['error'] or float('nan'):.2e}")
+    lines.append(f"written to {Path(argv[0]) / EVALUATION}")
+    for line in lines:
+        log.info(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""python -m runner.evaluate: a run's checkpoint re-estimated with more samples, on any backend,
+into evaluation.json (summary.json untouched); physics overrides refused."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+RUN = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=2", "exact=auto", "n_iter=20"]
+MORE = ["sampler.n_samples=1024", "final_rounds=4"]
+
+
+def run_evaluate(args, timeout=300):
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "runner.evaluate", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def evaluated(run_dir, overrides):
+    proc = run_evaluate([run_dir, *overrides])
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((run_dir / "evaluation.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("evaluate") / "run"
+    run_cli([*RUN, f"hydra.run.dir={run_dir}"], REPO, check=True)
+    return run_dir
+
+
+def summary_bytes(run_dir):
+    return (run_dir / "summary.json").read_bytes()
+
+
+def test_the_run_settings_reproduce_the_final_estimate_exactly(run):
+    """Same chains, keys and sample counts as the run's final estimate: the same numbers."""
+    before = summary_bytes(run)
+    result = evaluated(run, [])
+    summary = json.loads(before)
+    for key in ("energy", "energy_error", "variance", "v_score"):
+        assert result[key] == summary[key], key
+    assert result["chains"] == "checkpoint" and result["step"] == 20 and result["total_samples"] == 512
+    assert summary_bytes(run) == before
+
+
+def test_more_samples_agree_within_error_bars_and_leave_the_summary(run):
+    before = summary_bytes(run)
+    result = evaluated(run, MORE)
+    summary = json.loads(before)
+    assert result["total_samples"] == 4096 and result["chains"] == "checkpoint"
+    assert result["energy_error"] < summary["energy_error"]
+    assert abs(result["energy"] - summary["energy"]) < 4 * math.hypot(result["energy_error"], summary["energy_error"])
+    assert result["relative_error"] == pytest.approx(abs(result["energy"] - summary["exact_energy"]) / abs(summary["exact_energy"]))
+    assert summary_bytes(run) == before
+
+
+def test_sharded_evaluation_equals_single_device(run):
+    single = evaluated(run, MORE)
+    sharded = evaluated(run, [*MORE, "parallel=sharded", "parallel.cpu_devices=2"])
+    assert sharded["devices"] == 2 and sharded["backend"] == "sharded" and single["devices"] == 1
+    for key in ("energy", "energy_error", "variance"):
+        assert sharded[key] == pytest.approx(single[key], rel=1e-12, abs=1e-12), key
+
+
+def test_another_seed_draws_fresh_chains_and_observables_on_request(run):
+    result = evaluated(run, [*MORE, "seed=7", "observables=spin"])
+    summary = json.loads(summary_bytes(run))
+    assert result["chains"] == "fresh (seed 7)"
+    assert abs(result["energy"] - summary["energy"]) < 4 * math.hypot(result["energy_error"], summary["energy_error"])
+    mx = result["observables"]["magnetization_x"]
+    assert 0 < mx["mean"] <= 1 and mx["error"] > 0  # TFIM at h=1: polarised along +x
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("hamiltonian.h=2.0", "hamiltonian.h is 2.0 in the overrides but 1.0 in the run"),
+        ("dtype=complex128", "dtype.name is complex128 in the overrides but float64 in the run"),
+    ],
+)
+def test_physics_overrides_are_refused_in_one_sentence(run, override, expected):
+    proc = run_evaluate([run, override])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
+
+
+def test_a_directory_that_is_not_a_run_is_one_sentence(tmp_path):
+    proc = run_evaluate([tmp_path])
+    assert proc.returncode == 2 and "holds no .hydra/config.yaml" in proc.stderr and "Traceback" not in proc.stderr
