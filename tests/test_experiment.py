@@ -62,6 +62,7 @@ def test_phase_diagram_sweeps_h_and_chains_its_points():
     config = composed(["experiment=tfim_phase_diagram"], hydra=True)
     assert config["hydra"]["sweeper"]["params"] == {"hamiltonian.h": "0.5,0.8,1.0,1.2,1.5"}
     assert config["init_from"] == "previous" and config["hilbert"]["L"] == 10
+    assert config["observables"]["_target_"] == "runner.observables.spin"
 
 
 def test_an_unknown_experiment_is_one_sentence(tmp_path):
@@ -88,6 +89,7 @@ def test_phase_diagram_multirun_warm_starts_each_point_from_the_previous(tmp_pat
     stamps = [s["config_fingerprint"]["config"] for s in summaries]
     assert [s["hamiltonian.h"] for s in stamps] == [0.5, 0.8, 1.0, 1.2, 1.5]
     assert all(s["status"] == "completed" for s in summaries)
+    assert all("magnetization_x" in s["observables"] for s in summaries)
     assert "init_from.fingerprint" not in stamps[0]  # the first point starts cold
     for before, after in zip(summaries, stamps[1:]):
         assert after["init_from.fingerprint"] == before["config_fingerprint"]["hash"] and after["init_from.step"] == 5
