@@ -61,9 +61,10 @@ def _full_space_matvec(ham: PauliSum, n: int):
     diag = np.asarray(_tensor_element(n, ham.diag_sites, ham.diag_coef) + np.zeros((2,) * n)).reshape(-1)
     offdiag = []
     for group in ham.groups:
-        coef = group.coef.real if ham.is_real else group.coef
+        coef, const = (group.coef.real, group.const.real) if ham.is_real else (group.coef, group.const)
         for k, sites in enumerate(group.flip_sites):
-            offdiag.append((tuple(int(s) for s in sites), _tensor_element(n, group.sign_sites[k], coef[k])))
+            element = _tensor_element(n, group.sign_sites[k], coef[k]) + const[k]
+            offdiag.append((tuple(int(s) for s in sites), element))
 
     def matvec(v):
         v = np.asarray(v).reshape(-1)

@@ -37,15 +37,17 @@ class FlipGroup(NamedTuple):
 
     For configuration sigma and mask k, sigma'_k = sigma with `flip_sites[k]` flipped and
 
-        <sigma|O|sigma'_k> = sum_t coef[k, t] prod_s sigma_ext[sign_sites[k, t, s]]
+        <sigma|O|sigma'_k> = const[k] + sum_t coef[k, t] prod_s sigma_ext[sign_sites[k, t, s]]
 
     with sigma_ext = (sigma, +1): the padding index N reads +1 (padded terms have coef 0).
-    coef = conj(c_t i^{#Y}) = c_t (-i)^{#Y} for real c_t.
+    A term's coefficient is conj(c_t i^{#Y}) = c_t (-i)^{#Y} for real c_t; the terms without
+    Z or Y (no sign to read) are summed into `const`.
     """
 
     flip_sites: np.ndarray  # int32 [K, J]
     sign_sites: np.ndarray  # int32 [K, T, S]
     coef: np.ndarray  # complex128 [K, T]
+    const: np.ndarray  # complex128 [K]
 
 
 class PauliSum(NamedTuple):
@@ -77,7 +79,7 @@ class PauliSum(NamedTuple):
     @property
     def is_real(self) -> bool:
         """True when every element <sigma|O|sigma'> is real (no string with an odd number of Y)."""
-        return all(not np.any(g.coef.imag) for g in self.groups)
+        return all(not np.any(g.coef.imag) and not np.any(g.const.imag) for g in self.groups)
 
 
 Hamiltonian = PauliSum
@@ -155,15 +157,17 @@ def _grouped(n_sites: int, terms: tuple, rotated) -> PauliSum:
     groups = []
     for J in sorted({len(m) for m in by_mask}):
         masks = sorted(m for m in by_mask if len(m) == J)
-        T = max(len(by_mask[m]) for m in masks)
-        S = max(len(s) for m in masks for _, s in by_mask[m])
+        signed = {m: [(c, sign) for c, sign in by_mask[m] if sign] for m in masks}
+        T = max(len(signed[m]) for m in masks)
+        S = max([len(s) for m in masks for _, s in signed[m]], default=0)
         sign_sites = np.full((len(masks), T, S), n_sites, np.int32)
         coef = np.zeros((len(masks), T), np.complex128)
+        const = np.array([sum(c for c, sign in by_mask[m] if not sign) for m in masks], np.complex128)
         for k, m in enumerate(masks):
-            for t, (c, sign) in enumerate(by_mask[m]):
+            for t, (c, sign) in enumerate(signed[m]):
                 sign_sites[k, t, : len(sign)] = sign
                 coef[k, t] = c
-        groups.append(FlipGroup(np.array(masks, np.int32).reshape(-1, J), sign_sites, coef))
+        groups.append(FlipGroup(np.array(masks, np.int32).reshape(-1, J), sign_sites, coef, const))
     return PauliSum(n_sites, terms, diag_sites, diag_coef, tuple(groups), rotated)
 
 
@@ -201,7 +205,7 @@ def _sign_patterns(group: FlipGroup, k: int, n_sites: int, with_flips: bool):
     patterns = np.array(list(itertools.product((1, -1), repeat=len(sites))), np.int8).reshape(2 ** len(sites), -1)
     sigma = np.ones((len(patterns), n_sites + 1), np.int8)
     sigma[:, sites] = patterns
-    elements = _np_signs(group.sign_sites[k], sigma) @ group.coef[k]
+    elements = _np_signs(group.sign_sites[k], sigma) @ group.coef[k] + group.const[k]
     return sigma[:, :n_sites], elements
 
 
@@ -403,12 +407,13 @@ def _elements(ham: PauliSum, sigma_N):
         diag = jnp.asarray(ham.diag_coef.sum(), real)  # the identity's coefficient, or 0
     mels = []
     for group in ham.groups:
-        coef_KxT = group.coef.real if ham.is_real else group.coef
-        if group.sign_sites.shape[-1] == 0:
-            mels.append(jnp.asarray(coef_KxT.sum(axis=1), dtype))
-            continue
-        signs_KxT = _sign_products(sigma_N, group.sign_sites, real)
-        mels.append(jnp.sum(signs_KxT * jnp.asarray(coef_KxT, dtype), axis=-1))
+        coef_KxT, const_K = (group.coef.real, group.const.real) if ham.is_real else (group.coef, group.const)
+        mel = jnp.asarray(const_K, dtype)
+        if group.sign_sites.shape[1] and group.sign_sites.shape[2]:
+            signs_KxT = _sign_products(sigma_N, group.sign_sites, real)
+            signed = jnp.sum(signs_KxT * jnp.asarray(coef_KxT, dtype), axis=-1)
+            mel = signed if not np.any(const_K) else mel + signed
+        mels.append(mel)
     mel_K = jnp.concatenate(mels) if mels else jnp.zeros((0,), dtype)
     return mel_K, diag
 
@@ -492,9 +497,9 @@ def elements_np(ham: PauliSum, states_DxN: np.ndarray):
     diag = _np_signs(ham.diag_sites, ext) @ ham.diag_coef if len(ham.diag_coef) else np.zeros(len(states))
     out = []
     for group in ham.groups:
-        coef = group.coef.real if ham.is_real else group.coef
+        coef, const = (group.coef.real, group.const.real) if ham.is_real else (group.coef, group.const)
         signs = np.prod(ext[:, group.sign_sites], axis=-1).astype(np.float64)  # [D, K, T]
-        out.append((group, np.einsum("dkt,kt->dk", signs, coef)))
+        out.append((group, np.einsum("dkt,kt->dk", signs, coef) + const))
     return diag, out
 
 
