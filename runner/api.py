@@ -41,7 +41,7 @@ class TrainedRun:
         self.step = int(trained.meta["step"])
         self._chains = jax.tree_util.tree_map(jnp.asarray, trained.state.chains)
         self._log_psi = jax.jit(self._problem.logpsi)
-        self._statistics = {}
+        self._statistics, self._samplers = {}, {}
         self._run_observables = experiment.observables
 
     def __repr__(self):
@@ -89,17 +89,15 @@ class TrainedRun:
         _check_counts(n, self.sampler.n_chains)  # n must be a multiple of n_chains, >= 2 per chain
         return dataclasses.replace(self.sampler, n_samples=int(n))
 
-    @functools.cache
-    def _sample_fn(self, n: int):
+    def _draw(self, n: int):
+        """sigma [C, n / C, N], continuing the run's chains (each call gives new samples)."""
         import jax
 
         from runner.sampler import sample
 
-        return jax.jit(functools.partial(sample, self._sampler(n), self._problem.amplitude))
-
-    def _draw(self, n):
-        """sigma [C, n / C, N], continuing the run's chains (each call gives new samples)."""
-        self._chains, sigma_CxTxN, _ = self._sample_fn(n)(self.params, self._chains)
+        if n not in self._samplers:  # one compiled sampler per sample count
+            self._samplers[n] = jax.jit(functools.partial(sample, self._sampler(n), self._problem.amplitude))
+        self._chains, sigma_CxTxN, _ = self._samplers[n](self.params, self._chains)
         return sigma_CxTxN
 
     def sample(self, n: int):

@@ -198,6 +198,8 @@ def source(config: dict, sweep_job=dataclasses.MISSING) -> Source | None:
     value = config.get("init_from")
     chains = require_bool("init_chains", config.get("init_chains", False))
     if value is None:
+        if chains:
+            raise ConfigError("init_chains", "is true but init_from is null; give init_from a run directory or previous")
         return None
     if not isinstance(value, str) or not value:
         raise ConfigError("init_from", f"must be a run directory, previous or null (got {value!r})")

@@ -100,9 +100,11 @@ def test_refusal_on_the_command_line_is_one_sentence_before_compiling(source, tm
     assert not (tmp_path / "run").exists()
 
 
-def test_a_directory_without_checkpoint_is_refused(tmp_path):
+def test_a_directory_without_checkpoint_or_chains_without_a_source_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="holds no checkpoint"):
         build(composed([f"init_from={tmp_path}"]))
+    with pytest.raises(ConfigError, match="init_chains is true but init_from is null"):
+        build(composed(["init_chains=true"]))
 
 
 def write_job(sweep, name, num, status=None):
