@@ -157,7 +157,8 @@ def main(argv=None):
 
     configure_runtime()
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0].startswith("-") or "=" in argv[0]:
+    # a sweep's run directories have "=" in their names: only a path that is not one is an override
+    if not argv or argv[0].startswith("-") or ("=" in argv[0] and not Path(argv[0]).is_dir()):
         print(USAGE, file=sys.stderr)
         sys.exit(2)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

@@ -90,6 +90,15 @@ def test_physics_overrides_are_refused_in_one_sentence(run, override, expected):
     assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
 
 
+def test_a_sweep_run_directory_with_overrides_in_its_name(run, tmp_path):
+    import shutil
+
+    job = shutil.copytree(run, tmp_path / "1_hamiltonian.h=1.0,seed=0")
+    assert evaluated(job, [])["energy"] == json.loads(summary_bytes(run))["energy"]
+    proc = run_evaluate(["sampler.n_samples=64"])  # no run directory given
+    assert proc.returncode == 2 and proc.stderr.startswith("usage:")
+
+
 def test_a_directory_that_is_not_a_run_is_one_sentence(tmp_path):
     proc = run_evaluate([tmp_path])
     assert proc.returncode == 2 and "holds no .hydra/config.yaml" in proc.stderr and "Traceback" not in proc.stderr
