@@ -294,19 +294,29 @@ def measure(obs: Observables, local: Local) -> dict:
         {"obs/<name>": mean, "obs_error/<name>": error} (replicated scalars), plus
         "obs/structure_factor_q_index" (the momentum of the largest S(q)) when reported.
     """
+    columns = lambda x_CxTxM: jnp.moveaxis(x_CxTxM, 2, 0)  # noqa: E731
+    return _measure_columns(obs, columns(local.values_CxTxM), columns(local.sq_CxTxQ))[0]
+
+
+def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT):
+    """`measure` from the local values laid out observable-first, and S(q)'s Stats [Q].
+
+    The statistics go one observable after another (`lax.map`): vmapped, XLA:CPU's FFT meets a
+    layout it refuses (RET_CHECK in fft_thunk) once the chains are sharded over devices.
+    """
     out = {}
     if obs.names:
-        stats_M = jax.vmap(statistics, in_axes=2)(local.values_CxTxM)
+        stats_M = jax.lax.map(statistics, values_MxCxT)
         for m, name in enumerate(obs.names):
             out[PREFIX + name] = stats_M.mean[m]
             out[ERROR_PREFIX + name] = stats_M.error_of_mean[m]
+    stats_Q = jax.lax.map(statistics, sq_QxCxT)
     if obs.structure_factor:
-        stats_Q = jax.vmap(statistics, in_axes=2)(local.sq_CxTxQ)
         q = jnp.argmax(stats_Q.mean)
         out[PREFIX + STRUCTURE_FACTOR] = stats_Q.mean[q]
         out[ERROR_PREFIX + STRUCTURE_FACTOR] = stats_Q.error_of_mean[q]
         out[PREFIX + "structure_factor_q_index"] = q
-    return out
+    return out, stats_Q
 
 
 def step_observer(obs: Observables | None, problem) -> Callable | None:
@@ -365,15 +375,14 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
     (chains, zz_CxNxN), (eloc_RxCxT, local_R, acceptance_R) = jax.lax.scan(
         one_round, (state.chains, zz0), length=n_rounds)
 
-    def rounds_as_chain(x_RxCxTx):  # each chain's rounds one after another
-        x = jnp.moveaxis(x_RxCxTx, 0, 1)
-        return x.reshape(x.shape[0], -1, *x.shape[3:])
+    def columns(x_RxCxTxM):  # [M, C, R*T]: each chain's rounds one after another
+        R, C, T, M = x_RxCxTxM.shape
+        return jnp.transpose(x_RxCxTxM, (3, 1, 0, 2)).reshape(M, C, R * T)
 
-    local = Local(*(rounds_as_chain(x) for x in local_R))
-    energy = _metrics(statistics(rounds_as_chain(eloc_RxCxT)), jnp.mean(acceptance_R))
-    stats_Q = jax.vmap(statistics, in_axes=2)(local.sq_CxTxQ)
-    measured = {**measure(obs, local), "zz_sum_CxNxN": zz_CxNxN, "sq_mean_Q": stats_Q.mean,
-                "sq_error_Q": stats_Q.error_of_mean}
+    eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
+    energy = _metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R))
+    out, stats_Q = _measure_columns(obs, columns(local_R.values_CxTxM), columns(local_R.sq_CxTxQ))
+    measured = {**out, "zz_sum_CxNxN": zz_CxNxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
     return chains, (energy, measured)
 
 

@@ -285,3 +285,23 @@ def test_report_plots_observables_against_the_swept_key(tmp_path):
     panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
     assert set(panels) == {"mz2", "magnetization_x"}
     np.testing.assert_allclose(panels["mz2"].lines[0].get_xydata(), [[0.5, 2.0], [1.0, 1.0], [1.5, 1 / 1.5]])
+
+
+def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
+    from runner import app, parallel
+    from runner.build import build
+    from tests.test_config import compose_config
+
+    experiment = build(compose_config(["observables=spin", "observables.every=2", "n_iter=4", "hilbert.L=6",
+                                       "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=2",
+                                       "exact=false"]))
+    one = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "single")
+    four = app.execute(experiment, parallel.make_mesh("sharded"), tmp_path / "sharded")
+    assert one["observables"] == four["observables"]  # every sum over chains in a fixed order
+    for name in ("metrics.jsonl", "correlations.json"):
+        assert (tmp_path / "single" / name).read_text().count("obs/") == (tmp_path / "sharded" / name).read_text().count("obs/")
+    records = [[{k: v for k, v in json.loads(line).items() if k.startswith("obs")}
+                for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()] for d in ("single", "sharded")]
+    assert records[0] == records[1] and records[0][2]
+    corr = [json.loads((tmp_path / d / "correlations.json").read_text()) for d in ("single", "sharded")]
+    assert corr[0] == corr[1]
