@@ -20,7 +20,7 @@ from runner.errors import ConfigError, require_int
 from runner.hilbert import Hilbert
 from runner.operators import PauliSum
 from runner.sampler import sample
-from runner.stats import chain_sum, statistics
+from runner.stats import statistics
 from runner.vmc import local_energies, map_over_samples, ratio_of
 
 SPIN_NAMES = ("magnetization_x", "magnetization_z", "mz2", "zz_nn", "xx_nn", "structure_factor_zz")
@@ -246,6 +246,9 @@ def local_values_one(obs: Observables, logpsi_fn, params, sigma_N, ratio_fn=None
         mask_K = _in_sector(obs, sigma_N) if obs.sector else None
     values = []
     for op, diag_fn, index in zip(obs.simulated, obs.diagonal, obs.union_index):
+        if diag_fn is not None and not len(index):  # mz2: not its N^2 / 2 Z strings
+            values.append(jnp.real(diag_fn(sigma_N)).astype(real))
+            continue
         _, mel_K, diag = operators.connected(op, sigma_N)
         value = diag if diag_fn is None else diag_fn(sigma_N)
         if len(index):

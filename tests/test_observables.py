@@ -106,6 +106,22 @@ def test_spin_set_matches_dense(case, param_dtype):
         np.testing.assert_allclose(got["magnetization_x"], 0.0, atol=1e-12)  # X leaves the sector
 
 
+def test_spin_operators_as_pauli_sums_match_dense():
+    lattice = hb.square(Lx=2, Ly=3, pbc=False)
+    n, states = lattice.n_sites, hb.all_states(lattice)
+    idx = basis_index(states)
+    Zs, Xs = [site_op(Z, i, n) for i in range(n)], [site_op(X, i, n) for i in range(n)]
+    mz = sum(Zs)
+    dense = {"magnetization_x": sum(Xs) / n, "magnetization_z": mz / n, "mz2": mz @ mz / n**2,
+             "zz_nn": sum(Zs[i] @ Zs[j] for i, j in lattice.bonds) / len(lattice.bonds),
+             "xx_nn": sum(Xs[i] @ Xs[j] for i, j in lattice.bonds) / len(lattice.bonds)}
+    ops = dict(observables.spin_operators(lattice))
+    assert set(ops) == set(dense)
+    for name, op in ops.items():
+        np.testing.assert_allclose(operators.to_sparse(op, states).toarray(), dense[name][np.ix_(idx, idx)].real,
+                                   atol=1e-12, err_msg=name)
+
+
 @pytest.mark.parametrize("param_dtype", [jnp.complex128, jnp.float64])
 @pytest.mark.parametrize("ratio", ["full", "rbm"])
 def test_custom_with_y_terms_matches_dense(param_dtype, ratio):
@@ -305,3 +321,19 @@ def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
     assert records[0] == records[1] and records[0][2]
     corr = [json.loads((tmp_path / d / "correlations.json").read_text()) for d in ("single", "sharded")]
     assert corr[0] == corr[1]
+
+
+@pytest.mark.parametrize("option", ["none", "spin", "custom"])
+def test_every_option_composes_and_builds(option, repo):
+    from runner.build import build
+    from tests.test_config import compose_config
+
+    assert (repo / "conf" / "observables" / f"{option}.yaml").is_file()
+    obs = build(compose_config([f"observables={option}", "hamiltonian=heisenberg", "hamiltonian.sign_rule=true"])).observables
+    if option == "none":
+        assert obs is None
+    else:
+        assert obs.every == 0 and obs.names and obs.simulated[0].n_sites == obs.n_sites
+    config = compose_config()
+    del config["observables"]  # a run recorded before the group existed
+    assert build(config).observables is None
