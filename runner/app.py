@@ -19,6 +19,7 @@ from runner import checkpoint, health, parallel
 from runner.build import Experiment, build
 from runner import observables
 from runner import fingerprint, restore, sweep_cache
+from runner import hparams_search, loggers
 from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
@@ -36,7 +37,30 @@ EXACT_CACHE = ".exact_cache"  # under a sweep's directory: exact energies shared
 EXACT_KEYS = ("hilbert.", "hamiltonian.")  # the config the exact ground energy depends on
 
 
-def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict:
+def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict | float:
+    """Runs the experiment in `cfg` (see `_run`); under the Optuna sweeper, returns the trial's
+    objective instead of the summary: `optimized_metric` of the summary, or a large penalty for a
+    failed run (which never raises there: a failed trial must not end the study)."""
+    if not _optuna_sweep(run_dir):
+        return _run(cfg, run_dir, new_dirs)
+    from hydra.core.hydra_config import HydraConfig
+
+    direction = str(HydraConfig.get().sweeper.get("direction", "minimize"))
+    metric = str(cfg.get("optimized_metric", "energy"))
+    trial_dir = HydraConfig.get().runtime.output_dir
+    return hparams_search.run_trial(lambda: _run(cfg, run_dir, new_dirs), trial_dir, metric, direction)
+
+
+def _optuna_sweep(run_dir) -> bool:
+    """Whether this is a job of Hydra's Optuna sweeper (which wants a number back)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if run_dir is not None or not HydraConfig.initialized():
+        return False
+    return "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")).lower()
+
+
+def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict:
     """Runs the experiment described by `cfg` in `run_dir` (Hydra's output directory).
 
     `new_dirs`: directories that did not exist when the command started; a single run's config
@@ -63,6 +87,8 @@ def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> di
         parallel.initialize(experiment.parallel, experiment.x64)
         layout = parallel.make_mesh(experiment.parallel["backend"])
         parallel.check_chains(experiment.problem.sampler.n_chains, layout)
+        hparams_search.check(config)
+        tracking = loggers.setup(config, run_dir, _sweep_dir())  # a missing library is a config error
     except ConfigError as err:
         print(f"Config error: {err.sentence()}", file=sys.stderr)
         if multirun:
@@ -78,12 +104,13 @@ def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> di
         log.info("run directory: %s", run_dir.resolve())
         try:
             _header(experiment, layout, config)
-            return execute(experiment, layout, run_dir, stop=stop)
+            return execute(experiment, layout, run_dir, stop=stop, tracking=tracking)
         except Exception as err:
             # Every rank reports its own failure: launchers often show only rank 0's.
             log.exception("process %d of %d failed", jax.process_index(), jax.process_count())
             if _is_writer():
                 _write_failure(run_dir, err)
+                tracking.close(json.loads((run_dir / SUMMARY).read_text()))
             if jax.process_count() > 1:
                 # Hydra would catch the error and let this task exit 0 while its peers wait in a
                 # collective; exiting now lets the launcher (KillOnBadExit) end the step at once.
@@ -201,6 +228,7 @@ class MetricsLog:
         if _is_writer():
             path.write_text("".join(line + "\n" for line in kept))
         self.records = [json.loads(line) for line in kept]
+        self.tracking = None  # loggers.Tracking: every record also goes to the chosen trackers
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -210,6 +238,8 @@ class MetricsLog:
         if _is_writer():
             with self.path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
+            if self.tracking is not None:
+                self.tracking.log_metrics(record)
 
 
 def _place_state(problem, settings, layout):
@@ -233,11 +263,12 @@ def _progress(n_iter, start):
 
 
 def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
-            stop: StopRequest | None = None) -> dict:
+            stop: StopRequest | None = None, tracking: loggers.Tracking | None = None) -> dict:
     """The run loop: init or resume, step, log, checkpoint, estimate, summarise.
 
     `stop` is the caller's installed StopRequest (signals received during the set-up count);
-    without one, handlers are installed from compilation on.
+    without one, handlers are installed from compilation on. `tracking`: the trackers (TensorBoard,
+    MLflow) that also get the params, every step's metrics, the summary and the plots.
     """
     settings, problem = experiment.settings, experiment.problem
     wall_start = time.perf_counter()
@@ -271,6 +302,8 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
         start = int(meta["step"])
         log.info("resumed from checkpoint at step %d", start)
     metrics_log = MetricsLog(run_dir / METRICS, start, started=wall_start)
+    if tracking is not None:
+        metrics_log.tracking = tracking.open(start)
 
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         compile_seconds, step_times, final = None, [], {}
@@ -318,6 +351,8 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
             plot_energy(metrics_log.records, exact_energy, run_dir / "energy.png")
             if observed:
                 (run_dir / CORRELATIONS).write_text(json.dumps(observed[1]) + "\n")
+            if tracking is not None:
+                tracking.close(summary)  # after the plots: they are artifacts
         _report(summary)
         if status in ("preempted", "interrupted"):
             stop.hand_over()  # under submitit: requeues the job (and exits)

@@ -25,7 +25,7 @@ def check_group_choices(argv):
         if "." in key or not group.is_dir():
             continue
         options = sorted(p.stem for p in group.glob("*.yaml"))
-        for choice in value.split(","):
+        for choice in value.strip("[]").split(","):  # a sweep a,b or a list [a,b] (logger=[jsonl,mlflow])
             if choice not in options:
                 print(f"Config error: {key}={choice} is not an option; choose one of: {', '.join(options)}.",
                       file=sys.stderr)

@@ -9,17 +9,18 @@ from runner.errors import ConfigError
 # checkpoints, whether it resumes, whether the exact energy is computed, and how the chains
 # are laid out over devices and processes (a checkpoint resumes on any layout with the same
 # number of chains). Everything else, keys added later included, is fingerprinted.
-EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger", "hydra")
+EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger", "optimized_metric", "hydra")
 # Keys that change a finished run's summary but not its trajectory or checkpoints: resuming
 # ignores them, returning a completed run's summary does not.
 RESUME_IGNORES = ("final_rounds",)
 
 
-def of(config: dict) -> dict:
+def of(config: dict, exclude=EXCLUDED) -> dict:
     """The flattened fingerprint of a resolved config.
 
     Args:
         config: the plain (resolved) experiment config.
+        exclude: top-level keys left out (the trackers' params keep all but `hydra`).
 
     Returns:
         {"group.key": value} for every key that changes the numbers, nested dicts flattened
@@ -35,7 +36,7 @@ def of(config: dict) -> dict:
             else:
                 flat[name] = value
 
-    walk("", {k: v for k, v in config.items() if k not in EXCLUDED})
+    walk("", {k: v for k, v in config.items() if k not in exclude})
     return flat
 
 

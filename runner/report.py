@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.loggers import MLFLOW_DB, TENSORBOARD_DIR, TRACKING_DIRS
 from runner.plot import log_error_bars
 
 SUMMARY = "summary.json"
@@ -30,11 +31,12 @@ NOT_DONE = ("failed", "preempted", "interrupted")  # marked in the table, with t
 def find_runs(root: Path) -> list[Path]:
     """Run directories under `root` (itself included): those with a summary, metrics or Hydra record.
 
-    Hidden folders (`.submitit`, `.hydra`) and checkpoints are not searched.
+    Hidden folders (`.submitit`, `.hydra`), checkpoints and the trackers' folders (`tensorboard`,
+    `mlartifacts`, whose copies of summary.json are no runs) are not searched.
     """
     runs = []
     for here, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "checkpoint")
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("checkpoint", *TRACKING_DIRS))
         here = Path(here)
         if SUMMARY in files or METRICS in files or (here / OVERRIDES).is_file():
             runs.append(here)
@@ -209,12 +211,13 @@ def format_table(header, cells) -> str:
 
 def write_csv(rows: list[dict], keys: list[str], path: Path) -> None:
     """All runs with their swept overrides and full-precision numbers."""
+    columns = list(COLUMNS) + (["mlflow_run_id"] if any("mlflow_run_id" in r for r in rows) else [])
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["run"] + keys + list(COLUMNS))
+        writer.writerow(["run"] + keys + columns)
         for row in rows:
             writer.writerow([row["run"]] + [row["overrides"].get(k, "") for k in keys]
-                            + [_csv_cell(row.get(c)) for c in COLUMNS])
+                            + [_csv_cell(row.get(c)) for c in columns])
 
 
 def _csv_cell(value):
@@ -367,6 +370,51 @@ def plot_observables(rows: list[dict], key: str, keys: list[str], path: Path):
     return fig
 
 
+def mlflow_runs(store: Path) -> dict[Path, dict]:
+    """The MLflow runs of a SQLite store (read with MlflowClient), by the run directory they track.
+
+    Returns:
+        {resolved run directory: {"run_id", "experiment", "status", "metrics"}}; empty when mlflow
+        is not installed.
+    """
+    try:
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        return {}
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    client = MlflowClient(tracking_uri=f"sqlite:///{store.resolve()}")
+    found = {}
+    for experiment in client.search_experiments():
+        for run in client.search_runs([experiment.experiment_id], max_results=50000):
+            run_dir = run.data.tags.get("run_dir")
+            if run_dir:
+                found[Path(run_dir).resolve()] = {"run_id": run.info.run_id, "experiment": experiment.name,
+                                                  "status": run.info.status, "metrics": dict(run.data.metrics)}
+    return found
+
+
+def tracking_lines(root: Path, rows: list[dict]) -> list[str]:
+    """Where the runs were also tracked: the MLflow stores (queried) and TensorBoard event folders.
+
+    Sets each tracked row's `mlflow_run_id` (also a CSV column).
+    """
+    lines = []
+    stores = sorted({p for p in [root / MLFLOW_DB, *(r["path"] / MLFLOW_DB for r in rows)] if p.is_file()})
+    for store in stores:
+        tracked = mlflow_runs(store)
+        for row in rows:
+            entry = tracked.get(row["path"].resolve())
+            if entry is not None:
+                row["mlflow_run_id"] = entry["run_id"]
+        mine = sum(row["path"].resolve() in tracked for row in rows)
+        lines.append(f"mlflow: {mine} of {len(rows)} run(s) in {store} "
+                     f"(mlflow ui --backend-store-uri sqlite:///{store.resolve()})")
+    boards = [r for r in rows if (r["path"] / TENSORBOARD_DIR).is_dir()]
+    if boards:
+        lines.append(f"tensorboard: {len(boards)} of {len(rows)} run(s) (tensorboard --logdir {root})")
+    return lines
+
+
 def report(root: Path, plots: bool = True) -> list[dict]:
     """Prints the table, writes report.csv (and report.png, convergence.png) into `root`.
 
@@ -385,6 +433,9 @@ def report(root: Path, plots: bool = True) -> list[dict]:
     noted = problems(rows)
     if noted:
         print("\n".join(["", *noted]))
+    tracked = tracking_lines(root, rows)
+    if tracked:
+        print("\n".join(["", *tracked]))
     write_csv(rows, keys, root / "report.csv")
     written = [root / "report.csv"]
     if plots:

@@ -1,0 +1,68 @@
+"""Hyperparameter search with Hydra's Optuna sweeper: a run's objective value and the study's store."""
+
+import json
+import logging
+import math
+from pathlib import Path
+
+from runner.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+METRICS = ("energy", "v_score", "variance", "relative_error")  # summary.json fields a search may minimise
+# A failed, diverged or preempted trial's value: finite (Optuna's samplers rank trials by value)
+# and worse than any real one, so the search learns to avoid its region instead of stopping.
+PENALTY = 1e10
+SUMMARY = "summary.json"
+
+
+def check(config: dict) -> str:
+    """The `optimized_metric` of a resolved config, checked before anything runs.
+
+    Raises:
+        ConfigError: not one of METRICS.
+    """
+    metric = config.get("optimized_metric", "energy")
+    if metric not in METRICS:
+        raise ConfigError("optimized_metric", f"must be one of {', '.join(METRICS)} (got {metric!r})")
+    return metric
+
+
+def objective(summary: dict | None, metric: str, direction: str = "minimize") -> float:
+    """What a trial returns to the sweeper: the summary's `metric`, or PENALTY (-PENALTY when
+    maximising) for a run that did not complete or has no finite value of it."""
+    value = (summary or {}).get(metric) if (summary or {}).get("status") == "completed" else None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    status = (summary or {}).get("status", "no summary")
+    log.warning("trial counted as bad (%s = %g): status %s, %s = %s", metric, PENALTY, status, metric, value)
+    return PENALTY if direction == "minimize" else -PENALTY
+
+
+def run_trial(fn, run_dir: Path, metric: str, direction: str = "minimize") -> float:
+    """Runs one trial (`fn()`, returning its summary) and returns its objective; a failure of any
+    kind (an exception, exit status 1 or 2) is a bad value, never the end of the study. A stop
+    signal (exit 3, 130) still stops the study: a re-run resumes it from its store."""
+    try:
+        summary = fn()
+    except SystemExit as exc:
+        if exc.code not in (1, 2):
+            raise
+        summary = None
+    except Exception:  # already logged and recorded in summary.json by app.run
+        summary = None
+    if not isinstance(summary, dict):
+        path = Path(run_dir) / SUMMARY
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            summary = {"status": "failed"}
+    return objective(summary, metric, direction)
+
+
+def sqlite_storage(path: str) -> str:
+    """The Optuna storage URL of a SQLite file, its folder created (the sweeper opens the study
+    before the launcher creates the sweep directory)."""
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
