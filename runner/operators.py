@@ -318,7 +318,7 @@ def heisenberg(
         J2: next-nearest-neighbour coupling.
         sign_rule: apply the Marshall rotation U = prod_{i in sublattice 1} Z_i (H -> U H U,
             same spectrum). None applies it only where it makes H stoquastic (a bipartite
-            lattice with J > 0 and J2 = 0); true needs a bipartite lattice.
+            lattice with J > 0 and J2 = 0, or J2 < 0); true needs a bipartite lattice.
     """
     J = require_number("J", J)
     J2 = require_number("J2", J2)
