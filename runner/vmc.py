@@ -42,8 +42,9 @@ class Problem:
         sampler: a sampler from `runner.sampler`.
         optimizer: an optax GradientTransformation.
         precondition: a `runner.precond.Preconditioner`.
-        chunk_size: evaluate local energies and log-derivatives on at most this many
-            samples at a time (a multiple of n_chains), or None for all at once.
+        chunk_size: evaluate local energies, log-derivatives and SR's products with them
+            (CG) on at most this many samples at a time (a multiple of n_chains), or None for
+            all at once.
     """
 
     hamiltonian: Hamiltonian
