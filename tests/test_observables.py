@@ -334,6 +334,9 @@ def test_every_option_composes_and_builds(option, repo):
         assert obs is None
     else:
         assert obs.every == 0 and obs.names and obs.simulated[0].n_sites == obs.n_sites
+    replaced = compose_config(["observables=custom", "~observables.operators",  # the form custom.yaml gives
+                               "+observables.operators={stag: [{coeff: 1.0, ops: ZZ, on: bonds}]}"])
+    assert build(replaced).observables.names == ("stag",)
     config = compose_config()
     del config["observables"]  # a run recorded before the group existed
     assert build(config).observables is None
