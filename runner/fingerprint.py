@@ -10,9 +10,15 @@ from runner.errors import ConfigError
 # are laid out over devices and processes (a checkpoint resumes on any layout with the same
 # number of chains). Everything else, keys added later included, is fingerprinted.
 EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger", "optimized_metric", "hydra")
-# Keys that change a finished run's summary but not its trajectory or checkpoints: resuming
-# ignores them, returning a completed run's summary does not.
-RESUME_IGNORES = ("final_rounds",)
+# Keys (or whole groups) that change a finished run's summary but not its trajectory or
+# checkpoints: resuming ignores them, returning a completed run's summary does not. Observables
+# are measured on the samples a step draws anyway and never feed back into the parameters.
+RESUME_IGNORES = ("final_rounds", "observables")
+
+
+def _ignored(key: str, ignore) -> bool:
+    """Whether `key` is one of `ignore` or lies in one of those groups."""
+    return any(key == name or key.startswith(name + ".") for name in ignore)
 
 
 def of(config: dict, exclude=EXCLUDED) -> dict:
@@ -78,7 +84,7 @@ def first_difference(stored: dict, current: dict, ignore=()):
         (key, stored value, current value), a missing value being `MISSING`; or None.
     """
     for key in [*current, *(k for k in stored if k not in current)]:
-        if key in ignore:
+        if _ignored(key, ignore):
             continue
         old, new = stored.get(key, MISSING), current.get(key, MISSING)
         if old is MISSING or new is MISSING or _canonical(old) != _canonical(new):

@@ -129,6 +129,14 @@ def test_other_final_rounds_reestimates_instead_of_returning_the_old_summary(fin
     assert summary_of(run_dir)["energy"] == summary_of(fresh)["energy"] != summary_of(finished)["energy"]
 
 
+def test_adding_observables_to_a_finished_run_measures_them_without_rerunning_steps(finished, tmp_path):
+    run_dir = copy_of(finished, tmp_path)
+    proc = run_cli([*RUN, "n_iter=4", "observables=spin", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    assert "already completed" not in proc.stdout + proc.stderr
+    assert energies(run_dir) == energies(finished)  # no step was run again
+    assert "mz2" in summary_of(run_dir)["observables"]
+
+
 # ---------------------------------------------------------------------------------------------
 # The exact ground energy: process 0 computes it (or reads the sweep's cache) and shares it
 

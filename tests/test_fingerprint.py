@@ -70,3 +70,14 @@ def test_show_writes_values_as_overrides():
 def test_stamp_adds_hash_and_config():
     summary = fingerprint.stamp({"status": "completed"}, {"seed": 4})
     assert summary["config_fingerprint"] == {"hash": fingerprint.digest({"seed": 4}), "config": {"seed": 4}}
+
+
+def test_resume_ignores_whole_groups_by_prefix(tmp_path):
+    stored = fingerprint.record({"hamiltonian.h": 1.0, "observables._target_": "runner.observables.none"})
+    current = {"hamiltonian.h": 1.0, "observables._target_": "runner.observables.spin", "observables.every": 5}
+    fingerprint.check(stored, current, tmp_path, ignore=fingerprint.RESUME_IGNORES)
+    with pytest.raises(ConfigError) as info:
+        fingerprint.check(stored, current, tmp_path)
+    assert info.value.key == "observables._target_"
+    # a group name is not a prefix of a longer top-level key
+    assert fingerprint.first_difference({"observables_x": 1}, {"observables_x": 2}, ignore=("observables",))
