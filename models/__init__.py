@@ -1,7 +1,10 @@
 """Flax wavefunctions: each maps spins [..., N] (+-1) to log psi [...]."""
 
+from models.cnn import CNN
 from models.jastrow import Jastrow
 from models.mlp import MLP
 from models.rbm import RBM
+from models.rbm_symm import RBMSymm
+from models.vit import ViT
 
-__all__ = ["RBM", "Jastrow", "MLP"]
+__all__ = ["RBM", "RBMSymm", "CNN", "ViT", "Jastrow", "MLP"]

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from models.common import check_param_dtype, normal, real_times, sum_log_cosh, sum_log_cosh_real_part
+from models.fast_paths import JacobianProducts, LocalRatios, SamplerCache
 from runner.errors import ConfigError
 
 
@@ -21,6 +22,8 @@ class RBM(nn.Module):
     """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
 
     holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
+    # Opted into explicitly (`models.fast_paths.resolve`); a subclass must declare its own.
+    fast_paths = (LocalRatios, SamplerCache, JacobianProducts)
 
     def __post_init__(self):
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha > 0:

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from models.fast_paths import check as check_fast_paths
 from runner import fingerprint, observables, restore
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
@@ -157,6 +158,12 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
         )
 
 
+def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
+    """{"hilbert": hilbert} for a model whose constructor takes the lattice, else {}."""
+    target = node.get("_target_")
+    return {"hilbert": hilbert} if target and "hilbert" in _accepted_keys(_import(target)) else {}
+
+
 def build(config: dict) -> Experiment:
     """Validates the whole config and builds the experiment. Touches no device.
 
@@ -173,7 +180,8 @@ def build(config: dict) -> Experiment:
     hilbert = instantiate("hilbert", config["hilbert"])
     hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
     _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
-    model = instantiate("model", config["model"], param_dtype=param_dtype)
+    model = instantiate("model", config["model"], param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
+    check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
     sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
     optimizer_cfg = config["optimizer"]
     require_number("optimizer.learning_rate", optimizer_cfg.get("learning_rate"), positive=True)

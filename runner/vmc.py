@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
+from models import fast_paths
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, from_products
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
@@ -69,17 +70,13 @@ class Problem:
 
 
 def amplitude_of(model) -> Amplitude:
-    """What the sampler evaluates for a model: its own cached updates when its class has them
-    (`sampler_init`, `sampler_update`: the RBM's, O(K M) per move of K spins), else a plain
+    """What the sampler evaluates for a model: its own cached updates when its class declares
+    the `SamplerCache` fast path (the RBM's, O(K M) per move of K spins), else a plain
     log |psi| (the model's `log_abs` method when it has one)."""
-    cls = type(model)
-    if hasattr(cls, "sampler_update"):
-        return Amplitude(
-            cls.local_tables,
-            cls.sampler_init,
-            lambda tables, cache, proposed_xN, sites_xK, delta_xK: cls.sampler_update(tables, cache, sites_xK, delta_xK),
-        )
-    method = "log_abs" if hasattr(cls, "log_abs") else "__call__"
+    paths = fast_paths.resolve(model)
+    if paths is not None and paths.amplitude is not None:
+        return Amplitude(*paths.amplitude)
+    method = fast_paths.log_abs_method(model)
     return plain_amplitude(
         lambda params, sigma: jnp.real(model.apply({"params": params}, sigma, method=method))
     )
@@ -87,16 +84,9 @@ def amplitude_of(model) -> Amplitude:
 
 def ratio_of(model):
     """(params, sigma_N, sites_KxJ, delta_KxJ) -> psi(s'_k) / psi(s) for the local energy,
-    from the model's `local_ratios`; None for models without them (full evaluations)."""
-    cls = type(model)
-    if not hasattr(cls, "local_ratios"):
-        return None
-
-    def ratio(params, sigma_N, sites_KxJ, delta_KxJ):
-        tables = cls.local_tables(params)
-        return cls.local_ratios(tables, cls.local_state(tables, sigma_N), sites_KxJ, delta_KxJ)
-
-    return ratio
+    from the model's declared `LocalRatios` fast path; None without (full evaluations)."""
+    paths = fast_paths.resolve(model)
+    return None if paths is None else paths.ratio
 
 
 def gradient_mode(params, model) -> str:
@@ -210,10 +200,10 @@ def _block_products(problem: Problem, params, mode):
     sums sum_t c_ct O_ct [C, P], no conjugation) for a block of samples, with whatever the
     products share (the model's tables, or jax.linearize's residuals) computed once per block."""
     flat, to_params, f = _flat_logpsi(problem, params, mode)
-    cls = type(problem.model)
-    if mode != "split" and hasattr(cls, "jacobian_products"):
+    paths = fast_paths.resolve(problem.model)
+    if mode != "split" and paths is not None and paths.jacobian_products is not None:
         def products(sigma_CxtxN):
-            model_jvp, model_transpose = cls.jacobian_products(params, sigma_CxtxN)
+            model_jvp, model_transpose = paths.jacobian_products(params, sigma_CxtxN)
             # ravel_pytree's order per chain: vmap the flattening over the leading chain axis.
             ravel_C = jax.vmap(lambda tree: ravel_pytree(tree)[0])
             return lambda v: model_jvp(to_params(v)), lambda c: ravel_C(model_transpose(c))

@@ -91,3 +91,192 @@ def test_bad_model_values(make, key):
     with pytest.raises(ConfigError) as info:
         make()
     assert info.value.key == key
+
+
+# --- the lattice models (rbm_symm, cnn, vit) and their symmetry projection, against exact sums ----
+
+from models import CNN, RBMSymm, ViT  # noqa: E402
+from runner import hilbert as hb  # noqa: E402
+from runner import operators, precond  # noqa: E402
+from runner.vmc import gradient_mode, log_derivatives  # noqa: E402
+from tests.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
+from tests.test_gradients import _exact_energy, _exact_weighted, _problem, _wirtinger_reference  # noqa: E402
+
+LATTICE_MODELS = {
+    "rbm_symm_chain": (lambda: hb.chain(6), lambda h, d: RBMSymm(alpha=2, param_dtype=d, hilbert=h)),
+    "rbm_symm_square_parity": (lambda: hb.square(3), lambda h, d: RBMSymm(alpha=1, parity=1, param_dtype=d, hilbert=h)),
+    "cnn_chain": (lambda: hb.chain(6), lambda h, d: CNN(channels=3, depth=2, param_dtype=d, hilbert=h)),
+    "cnn_square": (lambda: hb.square(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
+    "cnn_triangular": (lambda: hb.triangular(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
+    "cnn_square_projected_parity": (lambda: hb.square(3), lambda h, d: CNN(
+        channels=2, depth=1, symmetries="translations", parity=-1, param_dtype=d, hilbert=h)),
+    "vit_chain_projected_momentum": (lambda: hb.chain(6), lambda h, d: ViT(
+        patch_size=6, d_model=4, n_heads=1, symmetries="translations", parity=1, momentum=[1], param_dtype=d, hilbert=h)),
+    "vit_square": (lambda: hb.square(2), lambda h, d: ViT(patch_size=1, d_model=4, n_heads=2, param_dtype=d, hilbert=h)),
+    "vit_chain_projected": (lambda: hb.chain(6), lambda h, d: ViT(
+        patch_size=2, d_model=4, n_heads=2, symmetries="translations", param_dtype=d, hilbert=h)),
+}
+# Models whose log psi is invariant under every lattice translation (a ViT only under whole
+# patches unless projected; the momentum model picks up a phase, checked separately).
+INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular",
+             "cnn_square_projected_parity", "vit_square", "vit_chain_projected"]
+
+
+def _lattice_model(name, dtype, seed=0):
+    make_lattice, make_model = LATTICE_MODELS[name]
+    lattice = make_lattice()
+    model = make_model(lattice, dtype)
+    states = jnp.asarray(hb.all_states(lattice))
+    params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
+    if name.startswith("rbm_symm"):  # away from its near-uniform start (the deep models start there already)
+        params = jax.tree_util.tree_map(lambda x: 30 * x, params)
+    return lattice, model, states, params
+
+
+def _same_amplitude(a, b, rtol=1e-11):
+    """log psi equal up to rounding, imaginary parts modulo 2 pi."""
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(a.real, b.real, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(np.exp(1j * (a.imag - b.imag)), 1.0, atol=rtol * 10)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.parametrize("name", INVARIANT)
+def test_log_psi_is_invariant_under_translations(name, dtype):
+    lattice, model, states, params = _lattice_model(name, dtype)
+    assert len(lattice.translations) > 1
+    apply = jax.jit(lambda s: model.apply({"params": params}, s))
+    log_psi = apply(states)
+    assert not np.allclose(np.asarray(log_psi), np.asarray(log_psi)[0])  # not a constant
+    for perm in lattice.translations[1:]:
+        _same_amplitude(apply(states[:, perm]), log_psi)
+
+
+def test_vit_without_projection_is_invariant_only_under_whole_patches():
+    lattice = hb.chain(6)
+    model = ViT(patch_size=2, d_model=4, n_heads=1, hilbert=lattice)
+    states = jnp.asarray(hb.all_states(lattice))
+    params = jax.tree_util.tree_map(lambda x: 3 * x, model.init(jax.random.PRNGKey(0), states[0])["params"])
+    log_psi = model.apply({"params": params}, states)
+    _same_amplitude(model.apply({"params": params}, states[:, lattice.translations[2]]), log_psi)
+    shifted = model.apply({"params": params}, states[:, lattice.translations[1]])
+    assert np.max(np.abs(np.asarray(shifted - log_psi).real)) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+def test_momentum_sector_phase(dtype):
+    """psi_P(T_u s) = exp(i q . d_u) psi_P(s) with q = 2 pi m / L."""
+    lattice, model, states, params = _lattice_model("vit_chain_projected_momentum", dtype)
+    apply = jax.jit(lambda s: model.apply({"params": params}, s))
+    log_psi = apply(states)
+    assert np.iscomplexobj(np.asarray(log_psi))
+    # Configurations whose orbit is shorter than L have psi = 0 in this sector (rounding noise here).
+    alive = np.asarray(log_psi.real) > np.max(np.asarray(log_psi.real)) - 15
+    assert 0.5 < np.mean(alive) < 1
+    for u, perm in enumerate(lattice.translations):
+        d_u = model.hilbert.displacement(u)[0]
+        _same_amplitude(apply(states[:, perm])[alive], (log_psi + 2j * np.pi * d_u / 6)[alive])
+
+
+def _dense_heisenberg(lattice, J2):
+    return dense_heisenberg(lattice.bonds, lattice.next_bonds, lattice.n_sites, 1.0, J2)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.parametrize("name", sorted(LATTICE_MODELS))
+def test_local_energies_match_dense_h_psi(name, dtype):
+    lattice, model, states, params = _lattice_model(name, dtype)
+    J2 = 0.3 if lattice.n_sites == 6 else 0.0
+    ham = operators.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
+    logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
+    eloc = jax.jit(jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s)))(states)
+    psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
+    idx = basis_index(np.asarray(states))
+    expected = (_dense_heisenberg(lattice, J2) @ psi)[idx] / psi[idx]
+    alive = np.abs(psi[idx]) > 1e-6 * np.max(np.abs(psi))  # psi = 0 in a momentum sector: no local energy
+    assert np.mean(alive) > 0.5
+    np.testing.assert_allclose(np.asarray(eloc)[alive], expected[alive], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.parametrize("name", ["rbm_symm_chain", "cnn_chain", "cnn_triangular", "vit_chain_projected_momentum",
+                                  "vit_square", "vit_chain_projected"])
+def test_force_matches_exact_gradient(name, dtype):
+    """The core's log-derivatives give the force 2 <O* (E_loc - E)> of the exact distribution,
+    equal to the derivative of the exact energy <psi|H|psi> / <psi|psi> (Kronecker H)."""
+    lattice, model, states, params = _lattice_model(name, dtype, seed=1)
+    J2 = 0.3 if lattice.n_sites == 6 else 0.0
+    ham = operators.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
+    problem = _problem(model, ham)
+    mode = gradient_mode(params, model)
+    assert mode == ("holomorphic" if dtype == jnp.complex128 else "real")
+    Obar, eps, E = _exact_weighted(problem, params, states, mode)
+    H = jnp.asarray(_dense_heisenberg(lattice, J2)[np.ix_(*(2 * [basis_index(np.asarray(states))]))])
+    np.testing.assert_allclose(E, _exact_energy(model, states, H)(params), rtol=1e-10)
+    F = precond.force(precond.from_dense(Obar.T, mode), eps, mode)
+    expected = _wirtinger_reference(_exact_energy(model, states, H), params)
+    np.testing.assert_allclose(np.asarray(F), np.asarray(expected), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "make,key",
+    [(lambda h: RBMSymm(alpha=1.5, hilbert=h), "alpha"), (lambda h: CNN(depth=0, hilbert=h), "depth"),
+     (lambda h: CNN(symmetries="lattice", hilbert=h), "symmetries"), (lambda h: CNN(parity=2, hilbert=h), "parity"),
+     (lambda h: ViT(patch_size=1, momentum=[1], hilbert=h), "momentum"),
+     (lambda h: ViT(patch_size=1, symmetries="translations", momentum=[1, 0], hilbert=h), "momentum"),
+     (lambda h: ViT(patch_size=4, hilbert=h), "patch_size"), (lambda h: ViT(d_model=6, n_heads=4, hilbert=h), "n_heads"),
+     (lambda h: RBMSymm(), "hilbert")],
+)
+def test_bad_lattice_model_values(make, key):
+    with pytest.raises(ConfigError) as info:
+        make(hb.chain(6))
+    assert info.value.key == key
+
+
+# --- the lattice models in the VMC core: short runs against exact energies, layouts -------------
+
+LATTICE_CONFIGS = {"rbm_symm": ["model=rbm_symm"], "cnn": ["model=cnn", "model.channels=4"],
+                   "vit": ["model=vit", "model.d_model=4", "model.n_heads=1"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
+def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
+    from runner import app, parallel
+    from runner.build import build
+    from tests.test_config import compose_config
+
+    config = compose_config([
+        "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=exact", "sampler.n_samples=512",
+        "sampler.n_chains=16", f"dtype={dtype}", "n_iter=30", "optimizer.learning_rate=0.02", "exact=true",
+        "final_rounds=1", *LATTICE_CONFIGS[name]])
+    summary = app.execute(build(config), parallel.make_mesh("single"), tmp_path)
+    assert summary["status"] == "completed"
+    assert summary["relative_error"] < 0.02, summary
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
+def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
+    from runner import parallel
+    from runner.build import build
+    from runner.sampler import sample
+    from runner.vmc import energy_and_update, init_state
+    from tests.test_config import compose_config
+
+    config = compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "sampler.n_samples=64",
+                             "sampler.n_chains=8", f"dtype={dtype}", "exact=false", *LATTICE_CONFIGS[name],
+                             "model.symmetries=translations"])
+    problem = build(config).problem
+    state = init_state(problem, 0, jnp.ones((16,), jnp.int8))
+    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
+    step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
+    stats_1, grads_1 = step(state.params, sigma_CxTxN)
+    layout = parallel.make_mesh("sharded")
+    sharded = jax.device_put(sigma_CxTxN, layout.chains)
+    stats_4, grads_4 = step(jax.device_put(state.params, layout.replicated), sharded)
+    assert len(sharded.sharding.device_set) == 4
+    np.testing.assert_allclose(stats_4.mean, stats_1.mean, rtol=1e-12)
+    for a, b in zip(jax.tree_util.tree_leaves(grads_4), jax.tree_util.tree_leaves(grads_1)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -1,0 +1,89 @@
+"""Residual convolutional network on the lattice's Bravais grid."""
+
+import itertools
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from models import symmetrize
+from models.common import check_param_dtype, log_cosh, normal
+from runner.errors import ConfigError
+
+
+def neighbour_table(shape: tuple, kernel_size: int, pbc: bool) -> np.ndarray:
+    """[cells, kernel_size^d] the cell at each kernel offset from every cell (offsets
+    -(k-1)//2 ... k//2 per direction), wrapped with pbc, else the padding index `cells`."""
+    cells = np.stack(np.unravel_index(np.arange(math.prod(shape)), shape), axis=-1)  # [C, d]
+    offsets = np.array(list(itertools.product(range(-((kernel_size - 1) // 2), kernel_size // 2 + 1),
+                                              repeat=len(shape))))  # [K, d]
+    target = cells[:, None, :] + offsets[None, :, :]
+    extent = np.asarray(shape)
+    inside = np.all((target >= 0) & (target < extent), axis=-1)
+    index = np.ravel_multi_index(tuple(np.moveaxis(target % extent, -1, 0)), shape)
+    return np.where(inside | pbc, index, len(cells)).astype(np.int32)
+
+
+class CNN(nn.Module):
+    """Convolutions over the unit cells (the basis sites as input channels), each a gather of
+    the kernel's cells and one matrix product (so per-sample gradients stay matrix products):
+    a first layer, then depth - 1 residual layers x + conv(log cosh x), and log psi = the sum
+    over cells of a readout of log cosh x. Periodic padding with pbc makes every layer commute with the
+    lattice translations, so log psi is invariant under them. Square lattices convolve on the
+    (Lx, Ly) grid, triangular ones on the same grid in oblique coordinates (their sites form a
+    Bravais grid too), chains in 1D."""
+
+    channels: int = 8
+    """Channels of every convolution."""
+    kernel_size: int = 3
+    """Kernel extent in cells along each lattice direction."""
+    depth: int = 2
+    """Number of convolution layers (the first, plus depth - 1 residual ones)."""
+    symmetries: str = "none"
+    """Symmetry projection on top: none or translations (see `models.symmetrize`)."""
+    parity: int | None = None
+    """Spin-flip parity of the projected state: null (none), 1 or -1. (No momentum key: log psi is
+    translation invariant already, and its projection onto any q != 0 vanishes.)"""
+    param_dtype: Any = jnp.float64
+    """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
+    hilbert: Any = None
+    """The lattice (given by the runner); held as a `models.symmetrize.Lattice`."""
+
+    holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
+
+    def __post_init__(self):
+        for key in ("channels", "kernel_size", "depth"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(key, f"must be a positive integer (got {value!r})")
+        check_param_dtype(self.param_dtype)
+        object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
+        symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert)
+        super().__post_init__()
+
+    @nn.compact
+    def unprojected(self, sigma_xN):
+        """log psi before the symmetry projection [...]."""
+        lattice = self.hilbert
+        neighbours_CxK = jnp.asarray(neighbour_table(lattice.shape, self.kernel_size, lattice.pbc))
+        n_cells = neighbours_CxK.shape[0]
+        x = sigma_xN.reshape(*sigma_xN.shape[:-1], n_cells, lattice.n_basis).astype(self.param_dtype)
+        for layer in range(self.depth):
+            h = x if layer == 0 else log_cosh(x)
+            # Zero padding for open boundaries: the table points outside at an appended zero cell.
+            h = jnp.concatenate([h, jnp.zeros_like(h[..., :1, :])], axis=-2)
+            window = h[..., neighbours_CxK, :].reshape(*h.shape[:-2], n_cells, -1)  # [..., cells, K C_in]
+            kernel = self.param(f"kernel{layer}", normal(1.0 / math.sqrt(window.shape[-1])),
+                                (window.shape[-1], self.channels), self.param_dtype)
+            bias = self.param(f"bias{layer}", normal(0.01), (self.channels,), self.param_dtype)
+            y = window @ kernel + bias
+            x = y if layer == 0 else x + y
+        # A readout weight per channel, small at the start: log psi nearly flat, so the first
+        # samples spread over the space instead of sitting on the few largest configurations.
+        readout = self.param("readout", normal(0.1 / math.sqrt(self.channels)), (self.channels,), self.param_dtype)
+        return jnp.sum(log_cosh(x) @ readout, axis=-1)
+
+    def __call__(self, sigma_xN):
+        return symmetrize.project(self.unprojected, sigma_xN, self.hilbert, self.symmetries, self.parity, None)

@@ -1,0 +1,97 @@
+"""The models' fast paths: declared protocols, one resolver, partial declarations refused."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import MLP, RBM
+from models.common import normal
+from models.fast_paths import JacobianProducts, LocalRatios, SamplerCache, check, log_abs_method, resolve
+from runner import hilbert as hb
+from runner import operators, precond
+from runner.build import build
+from runner.errors import ConfigError
+from runner.vmc import amplitude_of, jacobian, local_energies, ratio_of
+from tests.dense import basis_index, dense_heisenberg, dense_psi
+from tests.test_config import compose_config
+from tests.test_gradients import _problem
+
+
+class ScaledRBM(RBM):
+    """An RBM with one more parameter: log psi = scale * (RBM log psi). The RBM's tables,
+    ratios and Jacobian products know nothing of `scale`, so it must not inherit them."""
+
+    @nn.compact
+    def __call__(self, sigma_xN):
+        scale = self.param("scale", normal(0.01), (), self.param_dtype)
+        return (1.5 + scale) * RBM.local_log_psi(self.features(sigma_xN))
+
+
+class PartialRBM(RBM):
+    """Declares the sampler cache and Jacobian products but drops a method of the cache."""
+
+    fast_paths = (SamplerCache, JacobianProducts)
+    sampler_update = None
+
+
+class RedeclaredRBM(RBM):
+    """A subclass that changes nothing and says so by declaring the fast paths again."""
+
+    fast_paths = RBM.fast_paths
+
+
+def test_rbm_declares_all_three_and_others_none():
+    assert check(RBM) == (LocalRatios, SamplerCache, JacobianProducts)
+    paths = resolve(RBM(alpha=1))
+    assert paths.ratio is not None and paths.amplitude is not None and paths.jacobian_products is not None
+    assert resolve(MLP(hidden=[3])) is None
+    assert resolve(RedeclaredRBM(alpha=1)) is not None
+
+
+def test_partial_declaration_is_refused_with_one_sentence():
+    with pytest.raises(ConfigError) as info:
+        check(PartialRBM)
+    sentence = info.value.sentence()
+    assert info.value.key == "model" and "SamplerCache" in sentence and "sampler_update" in sentence
+    assert sentence.count(".") == 1 and "\n" not in sentence
+    with pytest.raises(ConfigError) as info:
+        resolve(PartialRBM(alpha=1))
+
+
+def test_build_refuses_a_partial_declaration():
+    with pytest.raises(ConfigError) as info:
+        build(compose_config(["model._target_=tests.test_fast_paths.PartialRBM"]))
+    assert info.value.key == "model" and "sampler_update" in info.value.message
+
+
+def test_subclass_with_other_parameters_gets_the_generic_path():
+    """Inherited (hasattr) fast paths would give this subclass wrong local energies and
+    log-derivatives; resolved ones fall back to full evaluations, which match dense H psi / psi."""
+    lattice = hb.chain(6)
+    ham = operators.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
+    model = ScaledRBM(alpha=1)
+    assert resolve(model) is None and ratio_of(model) is None
+    states = jnp.asarray(hb.all_states(lattice))
+    params = model.init(jax.random.PRNGKey(0), states[0])["params"]
+    params = jax.tree_util.tree_map(lambda x: 30 * x, params)
+    problem = _problem(model, ham)
+    eloc = local_energies(problem, params, states.reshape(4, 16, -1)).reshape(-1)
+    psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
+    idx = basis_index(np.asarray(states))
+    H = dense_heisenberg(lattice.bonds, lattice.next_bonds, 6, 1.0, 0.3)
+    np.testing.assert_allclose(np.asarray(eloc), (H @ psi)[idx] / psi[idx], rtol=1e-10)
+    # The inherited RBM ratio, which ignores `scale`, would be wrong here: the check can fail.
+    rbm_ratio = resolve(RBM(alpha=1)).ratio
+    rbm_eloc = operators.local_energy(ham, problem.logpsi, params, states[5], ratio_fn=rbm_ratio)
+    assert abs(rbm_eloc - (H @ psi)[idx[5]] / psi[idx[5]]) > 1e-3
+    # Sampler amplitude: plain log |psi| of the subclass, not the RBM's cache nor its log_abs.
+    assert log_abs_method(model) == "__call__" and log_abs_method(RBM(alpha=1)) == "log_abs"
+    amp = amplitude_of(model)
+    log_abs, _ = amp.init(amp.prepare(params), states[:3])
+    np.testing.assert_allclose(log_abs, jnp.real(model.apply({"params": params}, states[:3])), rtol=1e-12)
+    # Jacobian products from jax.linearize, equal to the dense log-derivatives.
+    lazy = jacobian(problem, params, states[:40].reshape(4, 10, -1), "real")
+    v = jax.random.normal(jax.random.PRNGKey(1), (lazy.dense().shape[0],))
+    np.testing.assert_allclose(lazy.matvec(v), precond.from_dense(lazy.dense(), "real").matvec(v), rtol=1e-10)
