@@ -184,3 +184,44 @@ def test_an_unknown_logger_on_the_command_line_is_refused(tmp_path):
     proc = run_cli(["logger=[jsonl,wandb]"], tmp_path, timeout=60)
     assert proc.returncode == 2
     assert "logger=wandb is not an option; choose one of: jsonl, mlflow, tensorboard." in proc.stderr
+
+
+def _slurm_reason():
+    from test_slurm import _REASON
+
+    return _REASON
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_two_concurrent_slurm_jobs_log_to_one_mlflow_store(tmp_path):
+    """A 2-job sweep on the local SLURM (`make slurm-up`), both jobs running at once, each an MLflow
+    run in SWEEP_DIR/mlflow.db; skipped without SLURM like tests/test_slurm.py."""
+    reason = _slurm_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    import uuid
+
+    sweep_dir = tmp_path / "sweep"
+    name = f"vmc-test-{uuid.uuid4().hex[:8]}"
+    args = [sys.executable, "-m", "runner", "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep_dir}",
+            f"hydra.launcher.name={name}", "hydra.launcher.array_parallelism=2", *TINY, "exact=false",
+            "logger=[jsonl,mlflow]", "logger.mlflow.flush_seconds=0", "model.alpha=1,2"]
+    try:
+        proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    finally:
+        subprocess.run(["scancel", "-n", name], capture_output=True, timeout=20)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    run_dirs = sorted(p.parent for p in sweep_dir.glob("*/summary.json"))
+    assert len(run_dirs) == 2
+    client = mlflow_client(sweep_dir / "mlflow.db")
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    runs = {Path(r.data.tags["run_dir"]): r for r in client.search_runs([experiment.experiment_id])}
+    assert sorted(runs) == [d.resolve() for d in run_dirs]
+    for run_dir, run in runs.items():
+        assert run.info.status == "FINISHED" and run.data.params["model.alpha"] == run_dir.name.split("alpha=")[1][0]
+        history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "energy"))
+        assert history == [(r["step"], r["energy"]) for r in metrics_of(run_dir)]
+    # both jobs were running at the same time (their step intervals overlap)
+    spans = [(run.info.start_time, run.info.end_time) for run in runs.values()]
+    assert max(s for s, _ in spans) < min(e for _, e in spans)
