@@ -25,11 +25,17 @@ def _random_jacobian(seed, n_params, n_samples, mode, dtype=jnp.float64):
     return (Obar / jnp.sqrt(n_samples)).astype(dtype), (eps / jnp.sqrt(n_samples)).astype(dtype)
 
 
-def _on_devices(fn, n_devices, *args):
-    """fn jitted with every argument's last axis (samples, chain-major) split over n devices."""
+def _on_devices(fn, n_devices, *args, mesh_in_context=False):
+    """fn jitted with every argument's last axis (samples, chain-major) split over n devices,
+    compiled under that mesh (`jax.set_mesh`) if asked."""
     mesh = Mesh(np.asarray(jax.devices()[:n_devices]), ("chains",))
     shardings = tuple(NamedSharding(mesh, PartitionSpec(*([None] * (a.ndim - 1)), "chains")) for a in args)
-    return jax.tree_util.tree_map(np.asarray, jax.jit(fn, in_shardings=shardings)(*args))
+    if mesh_in_context:
+        with jax.set_mesh(mesh):
+            out = jax.jit(fn, in_shardings=shardings)(*args)
+    else:
+        out = jax.jit(fn, in_shardings=shardings)(*args)
+    return jax.tree_util.tree_map(np.asarray, out)
 
 
 def _halving_sum(rows):
@@ -57,14 +63,18 @@ def test_statistics_are_bitwise_the_same_on_every_layout(n_devices):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("mesh_in_context", [False, True], ids=["chain_by_chain", "gathered"])
 @pytest.mark.parametrize("mode", ["real", "holomorphic"])
-def test_dense_sr_sums_chain_by_chain_and_is_bitwise_the_same_on_every_layout(mode):
+def test_dense_sr_is_bitwise_the_same_on_every_layout(mode, mesh_in_context):
+    """Without a mesh in context the Gram matrix and force are summed chain by chain; under
+    one, Obar is gathered onto every device and multiplied there. Either way no sum over
+    samples is split into per-device partials."""
     Obar, eps = _random_jacobian(0, 40, 16 * 24, mode)
     sr = precond.sr(diag_shift=0.01, solver="cholesky")
     solve = lambda O, e: sr.update(precond.from_dense(O, mode)._replace(n_chains=16), e, mode, ())[0]  # noqa: E731
-    x1 = _on_devices(solve, 1, Obar, eps)
+    x1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=mesh_in_context)
     for n in (2, 4):
-        np.testing.assert_array_equal(_on_devices(solve, n, Obar, eps), x1)
+        np.testing.assert_array_equal(_on_devices(solve, n, Obar, eps, mesh_in_context=mesh_in_context), x1)
     # The same solution as from one product over all samples.
     np.testing.assert_allclose(x1, np.asarray(sr(precond.from_dense(Obar, mode), eps, mode)), rtol=1e-10)
 
