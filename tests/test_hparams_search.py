@@ -182,3 +182,30 @@ def test_trials_return_their_objective_through_submitit(tmp_path):
         summary = json.loads((run_of(sweep_dir, trial.params) / "summary.json").read_text())
         expected = summary["v_score"] if summary["status"] == "completed" else hparams_search.PENALTY
         assert trial.value == expected
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_trials_run_as_concurrent_slurm_jobs(tmp_path):
+    """The search on the local SLURM (`make slurm-up`): two trials as two SLURM jobs at once, their
+    values in the study; skipped without SLURM like tests/test_slurm.py."""
+    from test_slurm import _REASON
+
+    if _REASON is not None:
+        pytest.skip(_REASON)
+    import optuna
+    import uuid
+
+    sweep_dir, name = tmp_path / "study", f"vmc-test-{uuid.uuid4().hex[:8]}"
+    try:
+        proc = subprocess.run([*sweep_args(sweep_dir, 2), "hydra/launcher=slurm", f"hydra.launcher.name={name}",
+                               "hydra.sweeper.n_jobs=2"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    finally:
+        subprocess.run(["scancel", "-n", name], capture_output=True, timeout=20)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    trials = load_study(sweep_dir).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    for trial in trials:
+        summary = json.loads((run_of(sweep_dir, trial.params) / "summary.json").read_text())
+        expected = summary["energy"] if summary["status"] == "completed" else hparams_search.PENALTY
+        assert trial.value == expected
