@@ -36,7 +36,7 @@ def objective(summary: dict | None, metric: str, direction: str = "minimize") ->
         return float(value)
     status = (summary or {}).get("status", "no summary")
     log.warning("trial counted as bad (%s = %g): status %s, %s = %s", metric, PENALTY, status, metric, value)
-    return PENALTY if direction == "minimize" else -PENALTY
+    return -PENALTY if direction == "maximize" else PENALTY
 
 
 def run_trial(fn, run_dir: Path, metric: str, direction: str = "minimize") -> float:
