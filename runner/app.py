@@ -312,16 +312,20 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
             status, reason = _stopped_before_first_step(stop)
         else:
             t = time.perf_counter()
-            step_fn = (
-                jax.jit(
-                    functools.partial(vmc_step, problem,
-                                      observe=observables.step_observer(experiment.observables, problem)),
-                    in_shardings=(shardings,),
-                    out_shardings=(shardings, layout.replicated),
+            # Under the mesh, dense SR gathers Obar onto every device and forms the Gram matrix
+            # in one product (runner/precond.py): bitwise equal on every layout, and as fast as
+            # the layout-dependent product.
+            with jax.set_mesh(layout.mesh):
+                step_fn = (
+                    jax.jit(
+                        functools.partial(vmc_step, problem,
+                                          observe=observables.step_observer(experiment.observables, problem)),
+                        in_shardings=(shardings,),
+                        out_shardings=(shardings, layout.replicated),
+                    )
+                    .lower(state)
+                    .compile()
                 )
-                .lower(state)
-                .compile()
-            )
             compile_seconds = time.perf_counter() - t
             state, status, reason, step_times = _optimize(step_fn, state, start, settings, run_dir,
                                                           metrics_log, stop)
@@ -339,9 +343,9 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                            pystats.median(timed) if timed else None, compile_seconds,
                            step_times[0] if step_times else None,
                            time.perf_counter() - wall_start, metrics_log.records)
-        fingerprint.stamp(summary, settings.fingerprint)
         summary["reason"] = reason
         summary.update(observed[0] if observed else {})
+        fingerprint.stamp(summary, settings.fingerprint)
         # judged on completed runs only: a stopped run has no final estimate to judge
         summary["warnings"] = health.check(summary, metrics_log.records,
                                            metropolis=not isinstance(problem.sampler, ExactSampler),
