@@ -82,8 +82,14 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     multirun = from_hydra and HydraConfig.get().mode == RunMode.MULTIRUN
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU found" noise
+    conflict = None  # the run directory holds another config's run
     try:
         experiment = build(config)
+        try:
+            _check_run_dir(run_dir, experiment.settings)
+        except ConfigError as err:
+            conflict = err
+            raise
         parallel.initialize(experiment.parallel, experiment.x64)
         layout = parallel.make_mesh(experiment.parallel["backend"])
         parallel.check_chains(experiment.problem.sampler.n_chains, layout)
@@ -91,6 +97,8 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
         tracking = loggers.setup(config, run_dir, _sweep_dir())  # a missing library is a config error
     except ConfigError as err:
         print(f"Config error: {err.sentence()}", file=sys.stderr)
+        if multirun and err is conflict:  # that run's files stay as they are; the sweep goes on
+            return {"status": "failed", "reason": f"config error: {err.sentence()}"}
         if multirun:
             return _write_config_failure(run_dir, err)
         if from_hydra:
@@ -484,6 +492,13 @@ def _completed_summary(run_dir, settings):
             and stored.get("hash") == fingerprint.digest(settings.fingerprint)):
         return summary
     return None
+
+
+def _check_run_dir(run_dir, settings):
+    """Refuses, before any heavy work, a run directory holding another config's run (the same
+    checks as `execute`'s skip and resume)."""
+    if _completed_summary(run_dir, settings) is None:
+        _resumable(run_dir, settings)
 
 
 def _resumable(run_dir, settings) -> bool:

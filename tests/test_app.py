@@ -137,6 +137,21 @@ def test_adding_observables_to_a_finished_run_measures_them_without_rerunning_st
     assert "mz2" in summary_of(run_dir)["observables"]
 
 
+def test_a_sweep_rerun_with_other_seeds_refuses_each_point_and_leaves_its_files(tmp_path):
+    """Job directories named by job number only: re-running the sweep with new seeds finds the old
+    seeds' runs there. Each point is refused in one sentence, the others still tried, exit 2."""
+    sweep = ["-m", *RUN, "n_iter=2", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"]
+    run_cli([*sweep, "seed=0,1"], REPO, check=True)
+    before = {p: p.read_bytes() for p in tmp_path.glob("*/summary.json")}
+    proc = run_cli([*sweep, "seed=2,3"], REPO)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Config error:")]
+    assert len(errors) == 2 and "seed is 2 in this config but 0" in errors[0], proc.stderr
+    assert "seed is 3 in this config but 1" in errors[1]
+    assert "Traceback" not in proc.stderr
+    assert {p: p.read_bytes() for p in tmp_path.glob("*/summary.json")} == before
+
+
 # ---------------------------------------------------------------------------------------------
 # The exact ground energy: process 0 computes it (or reads the sweep's cache) and shares it
 
