@@ -16,6 +16,10 @@ from runner.operators import Hamiltonian
 from runner.vmc import Problem
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
+# Every other top-level key the composed config may hold (read by the runner, the observables,
+# the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
+TOP_LEVEL = ("observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
+             "final_rounds", "init_from", "init_chains", "optimized_metric")
 DTYPES = {
     "float64": (jnp.float64, True),
     "float32": (jnp.float32, False),
@@ -173,6 +177,13 @@ def build(config: dict) -> Experiment:
     missing = [g for g in GROUPS if not isinstance(config.get(g), dict)]
     if missing:
         raise ConfigError(missing[0], "is missing from the config")
+    unknown = [k for k in config if k not in GROUPS + TOP_LEVEL]
+    if unknown:
+        raise ConfigError(unknown[0], f"is not a key of the config; top-level keys are: {', '.join(TOP_LEVEL)}, "
+                                      f"and the groups {', '.join(GROUPS)}")
+    extra = sorted(set(config["dtype"]) - {"name"})
+    if extra:
+        raise ConfigError(f"dtype.{extra[0]}", "is not a key of dtype; choose the dtype with dtype=NAME")
     settings = read_settings(config)
     dtype_name = config["dtype"].get("name")
     require_choice("dtype", dtype_name, tuple(DTYPES))

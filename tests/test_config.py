@@ -71,6 +71,8 @@ def test_every_group_has_options():
         (["optimizer=adam", "+optimizer.mu_dtype=foo"], "optimizer"),  # optax.adam raises TypeError
         (["sampler=metropolis_exchange"], "sampler"),
         (["hilbert.total_sz=0"], "hilbert.total_sz"),
+        (["+n_iters=5"], "n_iters"),  # a typo of a top-level key
+        (["+dtype.precision=32"], "dtype.precision"),
     ],
 )
 def test_bad_values_name_their_key(overrides, key):
