@@ -84,7 +84,7 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU found" noise
     conflict = None  # the run directory holds another config's run
     try:
-        experiment = build(config)
+        experiment = build(config, _sweep_job() if multirun else None)
         try:
             _check_run_dir(run_dir, experiment.settings)
         except ConfigError as err:
@@ -526,6 +526,14 @@ def _sweep_dir() -> Path | None:
     hydra_cfg = HydraConfig.get()
     sweep = Path(hydra_cfg.sweep.dir)
     return sweep if sweep.is_absolute() else Path(hydra_cfg.runtime.cwd) / sweep
+
+
+def _sweep_job():
+    """(sweep directory, job number) of the running multirun job (`init_from: previous` is
+    relative to it)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return _sweep_dir(), int(HydraConfig.get().job.num)
 
 
 def _broadcast_float(x: float) -> float:

@@ -110,7 +110,9 @@ def instantiate(group: str, node: dict, **runtime):
         raise ConfigError(group, f"cannot be built from its keys ({target}: {reason}); check their values") from None
 
 
-def read_settings(config: dict) -> Settings:
+def read_settings(config: dict, sweep_job=None) -> Settings:
+    """The top-level knobs. `sweep_job`: (sweep directory, job number) of a multirun job, which
+    `init_from: previous` is relative to."""
     seed = require_int("seed", config.get("seed"), minimum=0)
     n_iter = require_int("n_iter", config.get("n_iter"), minimum=0)
     checkpoint_every = require_int("checkpoint_every", config.get("checkpoint_every"), minimum=1)
@@ -120,7 +122,7 @@ def read_settings(config: dict) -> Settings:
     if chunk_size is not None:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
-    init_from = restore.source(config)  # a warm start's source run, checked against this config
+    init_from = restore.source(config, sweep_job)  # a warm start's source run, checked against this config
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds,
                     fingerprint.of(restore.fingerprinted(config, init_from)), init_from)
 
@@ -168,8 +170,10 @@ def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
     return {"hilbert": hilbert} if target and "hilbert" in _accepted_keys(_import(target)) else {}
 
 
-def build(config: dict) -> Experiment:
+def build(config: dict, sweep_job=None) -> Experiment:
     """Validates the whole config and builds the experiment. Touches no device.
+
+    `sweep_job`: (sweep directory, job number) when running as a job of a Hydra multirun.
 
     Raises:
         ConfigError: naming the first bad key.
@@ -184,7 +188,7 @@ def build(config: dict) -> Experiment:
     extra = sorted(set(config["dtype"]) - {"name"})
     if extra:
         raise ConfigError(f"dtype.{extra[0]}", "is not a key of dtype; choose the dtype with dtype=NAME")
-    settings = read_settings(config)
+    settings = read_settings(config, sweep_job)
     dtype_name = config["dtype"].get("name")
     require_choice("dtype", dtype_name, tuple(DTYPES))
     param_dtype, x64 = DTYPES[dtype_name]

@@ -118,22 +118,6 @@ def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: st
 # --- warm starts ----------------------------------------------------------------------------
 
 
-def _sweep_job():
-    """(sweep directory, job number) of the Hydra multirun job running in this process, or None.
-
-    The one Hydra look-up outside the app: `init_from: previous` is relative to the running job,
-    which only Hydra knows when the settings are read.
-    """
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return None
-    hydra_cfg = HydraConfig.get()
-    sweep = Path(hydra_cfg.sweep.dir)
-    return (sweep if sweep.is_absolute() else Path(hydra_cfg.runtime.cwd) / sweep), int(hydra_cfg.job.num)
-
-
 def job_dir(sweep_dir, num: int) -> Path | None:
     """The run directory of job `num` of a sweep, found by the job number Hydra records in each
     job's .hydra/hydra.yaml (whatever `hydra.sweep.subdir` names it), or None."""
@@ -177,15 +161,15 @@ def _previous_run(sweep_job) -> Path | None:
     return found
 
 
-def source(config: dict, sweep_job=dataclasses.MISSING) -> Source | None:
+def source(config: dict, sweep_job=None) -> Source | None:
     """The warm start a config asks for (`init_from`, `init_chains`), checked against the source.
 
     Reads only the source's checkpoint meta (no arrays, no device).
 
     Args:
         config: the plain experiment config.
-        sweep_job: (sweep directory, job number) for `init_from: previous`; by default the
-            running Hydra multirun job's (None outside one).
+        sweep_job: (sweep directory, job number) of the running multirun job, for
+            `init_from: previous` (the app finds it; None outside a sweep).
 
     Returns:
         The Source, or None for a cold start.
@@ -204,7 +188,7 @@ def source(config: dict, sweep_job=dataclasses.MISSING) -> Source | None:
     if not isinstance(value, str) or not value:
         raise ConfigError("init_from", f"must be a run directory, previous or null (got {value!r})")
     if value == PREVIOUS:
-        run_dir = _previous_run(_sweep_job() if sweep_job is dataclasses.MISSING else sweep_job)
+        run_dir = _previous_run(sweep_job)
         if run_dir is None:
             return None
     else:
