@@ -109,7 +109,8 @@ def resolve(model) -> FastPaths | None:
         amplitude = (
             cls.local_tables,
             cls.sampler_init,
-            lambda tables, cache, proposed_xN, sites_xK, delta_xK: cls.sampler_update(tables, cache, sites_xK, delta_xK),
+            lambda tables, cache, proposed_xN, sites_xK, delta_xK:
+                cls.sampler_update(tables, cache, sites_xK, delta_xK),
         )
     if JacobianProducts in protocols:
         products = cls.jacobian_products

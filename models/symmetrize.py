@@ -65,7 +65,7 @@ def check_keys(symmetries, parity, momentum, lattice: Lattice):
     d = len(lattice.shape)
     if (not isinstance(momentum, (list, tuple)) or len(momentum) != d
             or any(isinstance(m, bool) or not isinstance(m, int) for m in momentum)):
-        raise ConfigError("momentum", f"must be null or a list of {d} integers m (q = m_k / L_k b_k) (got {momentum!r})")
+        raise ConfigError("momentum", f"must be null or a list of {d} integers m, q = m_k / L_k b_k (got {momentum!r})")
     if symmetries != "translations":
         raise ConfigError("momentum", "needs symmetries=translations")
     return tuple(momentum)

@@ -74,7 +74,8 @@ class ViT(nn.Module):
         check_param_dtype(self.param_dtype)
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
         if any(e % self.patch_size for e in self.hilbert.shape):
-            raise ConfigError("patch_size", f"must divide the lattice's extents {self.hilbert.shape} (got {self.patch_size})")
+            extents = self.hilbert.shape
+            raise ConfigError("patch_size", f"must divide the lattice's extents {extents} (got {self.patch_size})")
         momentum = symmetrize.check_keys(self.symmetries, self.parity, self.momentum, self.hilbert)
         object.__setattr__(self, "momentum", momentum)
         super().__post_init__()

@@ -129,7 +129,7 @@ def _lattice_model(name, dtype, seed=0):
     states = jnp.asarray(hb.all_states(lattice))
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
     if name.startswith("rbm_symm"):  # away from its near-uniform start (the deep models start there already)
-        params = jax.tree_util.tree_map(lambda x: 30 * x, params)
+        params = jax.tree_util.tree_map(lambda x: 10 * x, params)
     return lattice, model, states, params
 
 
