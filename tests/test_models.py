@@ -236,7 +236,7 @@ def test_bad_lattice_model_values(make, key):
 # --- the lattice models in the VMC core: short runs against exact energies, layouts -------------
 
 LATTICE_CONFIGS = {"rbm_symm": ["model=rbm_symm"], "cnn": ["model=cnn", "model.channels=4"],
-                   "vit": ["model=vit", "model.d_model=4", "model.n_heads=1"]}
+                   "vit": ["model=vit"]}
 
 
 @pytest.mark.slow
@@ -249,7 +249,7 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
 
     config = compose_config([
         "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=exact", "sampler.n_samples=512",
-        "sampler.n_chains=16", f"dtype={dtype}", "n_iter=30", "optimizer.learning_rate=0.02", "exact=true",
+        "sampler.n_chains=16", f"dtype={dtype}", "n_iter=40", "optimizer.learning_rate=0.02", "exact=true",
         "final_rounds=1", *LATTICE_CONFIGS[name]])
     summary = app.execute(build(config), parallel.make_mesh("single"), tmp_path)
     assert summary["status"] == "completed"
