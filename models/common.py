@@ -48,7 +48,7 @@ def log_cosh(x):
     """log(cosh(x)) elementwise, stable for large |Re x| and holomorphic for complex x.
 
     Complex inputs are computed in real arithmetic: XLA's complex log1p is a slow scalar
-    path on CPU, and this form is about 1.6x faster with the same principal branch.
+    path on CPU, and this form is faster (docs/benchmarks.md) with the same principal branch.
     """
     if not jnp.iscomplexobj(x):
         x = jnp.abs(x)
@@ -67,12 +67,11 @@ def log_cosh(x):
 # sum_j Re log cosh x_j = sum_j |Re x_j| - M log 2 + log prod_j f_j / 2, with
 # f_j = |1 + exp(-2 z_j)|^2 = 1 + 2 e_j cos(2 Im x_j) + e_j^2, e_j = exp(-2 |Re x_j|),
 # z_j = sign(Re x_j) x_j. Every f_j is at most 4, so a block of LOG_PROD_BLOCK factors cannot
-# overflow. Measured inside the Metropolis loop (16 x 36 real elements per step):
-# 5.2 us with a log1p per element, 1.7 us with the product. On large real batches XLA's
-# vectorised log1p wins instead (2.4 vs 5 ms on 2.7M elements), so `sum_log_cosh` keeps it
-# there; for complex batches the product (one complex log per row instead of a log1p and an
-# arctan2 per element) halved the cost of a complex RBM's log psi on a batch (12.7 -> 5.9 ms
-# on the 16-site Heisenberg local energies, which now use `RBM.local_ratios` instead).
+# overflow. Inside the Metropolis loop (a few hundred elements per step) the product beats a
+# log1p per element; on large real batches XLA's vectorised log1p wins instead, so
+# `sum_log_cosh` keeps it there; for complex batches the product (one complex log per row
+# instead of a log1p and an arctan2 per element) is the cheaper one. The timings behind these
+# choices are in docs/benchmarks.md ("Where the time goes").
 
 LOG_PROD_BLOCK = 256
 

@@ -118,19 +118,16 @@ class RBM(nn.Module):
 
     @staticmethod
     def local_ratios(tables, state, sites_KxJ, delta_KxJ):
-        """psi(s'_k) / psi(s) for K moves of a `local_state` (see `local_flip`). Local energies
-        of the 6x6 Ising case (2048 samples x 36 flips x 36 units): 2.0 ms, against 5.8 ms
-        through log cosh of the updated theta; the complex 16-site Heisenberg case 2.2 against
-        9.5 ms."""
+        """psi(s'_k) / psi(s) for K moves of a `local_state` (see `local_flip`): no
+        transcendental per hidden unit and move, unlike log cosh of the updated theta."""
         t = jnp.tanh(state[0])[None, :]
         product, exponent, _ = RBM.local_flip(tables, t, sites_KxJ, delta_KxJ, all_flip=True)
         return jnp.exp(exponent) * product
 
     # --- the Metropolis sampler's cache ------------------------------------------------------
-    # Real parameters: tanh(theta) and log |psi|, moved by `local_flip` (a 6x6 Ising sampling
-    # call 8.9 -> 6.4 ms, 20-site chain 2.5 -> 1.7 ms). Complex ones: theta and a.s, with log |psi|
-    # from `local_log_abs` (the complex products and divisions of `local_flip` cost more than
-    # that: 16-site Heisenberg 6.5 vs 11.0 ms).
+    # Real parameters: tanh(theta) and log |psi|, moved by `local_flip`. Complex ones: theta and
+    # a.s, with log |psi| from `local_log_abs` (the complex products and divisions of
+    # `local_flip` cost more than that). Timings in docs/benchmarks.md.
 
     @staticmethod
     def sampler_init(tables, sigma_CxN):

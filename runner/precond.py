@@ -19,7 +19,7 @@ as the pair of real parameters (x, y) would, so learning rates mean the same for
 SR returns (S + diag_shift I)^-1 F. minSR returns the same vector through the sample-space
 identity (A^H A + l)^-1 A^H = A^H (A A^H + l)^-1, cheaper with more parameters than samples.
 Complex Gram matrices are assembled from one real product of stacked real and imaginary
-parts (about 3x faster than XLA's complex product on CPU).
+parts (faster than XLA's complex product on CPU; docs/benchmarks.md has the timings).
 """
 
 import functools
@@ -34,9 +34,8 @@ from runner.errors import require_choice, require_int, require_number
 SOLVERS = ("auto", "cholesky", "eigh", "cg")
 # solver "auto": dense Cholesky up to this many parameters, conjugate gradients above. Dense
 # costs N_s P^2 (the Gram matrix) + P^3/3; CG about 100 iterations of 4 N_s P without forming
-# O. Measured whole VMC steps (2-core CPU): P = 440 real, 1024 samples: dense 7.7 ms, CG
-# 11.0 ms; P = 560 complex, 1024 samples: dense 33 ms, CG 26 ms; P = 1368 real, 2048
-# samples: dense 104 ms, CG 37 ms.
+# O. The threshold comes from whole-step timings of both on the benchmark cases
+# (docs/benchmarks.md, "Where the time goes").
 AUTO_DENSE_MAX_PARAMS = 500
 
 log = logging.getLogger(__name__)
@@ -142,7 +141,7 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
 
     A scan over pairs of chains (one batched product per pair, then two additions in order):
     the chains' products are smaller than one product over all samples, and on CPU a pair per
-    step runs about 1.5x faster than a chain per step. When the caller compiles under a mesh
+    step runs faster than a chain per step (docs/benchmarks.md). When the caller compiles under a mesh
     (`jax.set_mesh`), Obar is instead gathered onto every device (a sharding constraint to
     replicated: the same one product everywhere, cheaper for the P <= 500 of the dense solvers).
     """
@@ -224,9 +223,8 @@ def identity_update(jac: Jacobian, eps_S, mode):
 # the following steps use the deflation preconditioner M^-1 = 1 + U diag(theta_r/theta - 1) U^H
 # (theta_r the smallest of the r), which maps those eigenvalues to theta_r. M^-1 is symmetric
 # positive definite for any orthonormal U, so a stale basis costs iterations, never
-# correctness: CG still stops at the same relative residual. Measured on the 6x6 Ising case
-# (P = 1368, 2048 samples, r = 48, every 20 steps): 127 -> 79 iterations per step on average,
-# the solve 26 -> 17 ms; 16-site complex Heisenberg (P = 560): 81 -> 51 iterations.
+# correctness: CG still stops at the same relative residual. docs/benchmarks.md gives the
+# iteration counts it saves on the benchmark cases.
 
 
 class CGState(NamedTuple):
