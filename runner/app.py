@@ -138,6 +138,19 @@ def _describe(group: dict) -> str:
     return f"{name}(" + ", ".join(f"{k}={short(v)}" for k, v in group.items() if v is not None) + ")"
 
 
+def _paths(model) -> str:
+    """Which evaluation paths the run takes: the model's declared fast paths, or the generic ones."""
+    from models.fast_paths import resolve
+
+    paths = resolve(model)
+    names = [name for name, on in (("local ratios", paths and paths.ratio),
+                                   ("Metropolis cache", paths and paths.amplitude),
+                                   ("Jacobian products", paths and paths.jacobian_products)) if on]
+    if not names:
+        return "generic paths (full evaluations of log psi, autodiff Jacobian products)"
+    return "the model's fast paths: " + ", ".join(names)
+
+
 def _header(experiment: Experiment, layout: parallel.Layout, config: dict):
     """The start-up header: what is about to run, before any heavy work."""
     hilbert, settings = experiment.hilbert, experiment.settings
@@ -149,7 +162,7 @@ def _header(experiment: Experiment, layout: parallel.Layout, config: dict):
         f"lattice: {_describe(config['hilbert'])}: {hilbert.n_sites} sites, {len(hilbert.bonds)} bonds, "
         f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states",
         f"hamiltonian: {_describe(config['hamiltonian'])}",
-        f"model: {_describe(config['model'])}: {n_params} parameters",
+        f"model: {_describe(config['model'])}: {n_params} parameters; {_paths(experiment.problem.model)}",
         f"sampler: {_describe(config['sampler'])}: {sampler.n_samples} samples over {sampler.n_chains} chains",
         f"optimizer: {_describe(config['optimizer'])}; preconditioner: {_describe(config['preconditioner'])}",
         f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "

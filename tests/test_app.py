@@ -442,3 +442,12 @@ def test_header_shortens_long_config_values():
     edges = [[i, i + 1] for i in range(30)]
     assert _describe({"_target_": "runner.hilbert.graph", "n_sites": 31, "edges": edges, "positions": None}) == \
         "graph(n_sites=31, edges=[30 items])"
+
+
+def test_header_says_which_evaluation_paths_the_model_takes():
+    """The run says whether the model's declared fast paths or the generic ones are used."""
+    from models import MLP, RBM
+    from runner.app import _paths
+
+    assert _paths(RBM(alpha=1)) == "the model's fast paths: local ratios, Metropolis cache, Jacobian products"
+    assert _paths(MLP(hidden=(4,))).startswith("generic paths")
