@@ -234,6 +234,8 @@ class CGState(NamedTuple):
     basis: jax.Array  # U [P, r]: approximate top eigenvectors of S + diag_shift, orthonormal
     scale: jax.Array  # [r], in (-1, 0]: M^-1 = 1 + U diag(scale) U^H (0 where unused)
     age: jax.Array  # int32: steps since the basis was refreshed
+    plain_iters: jax.Array  # int32: CG iterations of the last refresh (a plain, undeflated solve)
+    last_iters: jax.Array  # int32: CG iterations of the previous step
 
 
 def _dot(a, b):
@@ -317,14 +319,20 @@ def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxit
     A = lambda x: jac.rmatvec(jac.matvec(x)) + diag_shift * x  # noqa: E731
     F = force(jac, eps_S, mode)
     rank = state.basis.shape[1]
-    refresh = state.age % recycle_every == 0
+    # Refresh on schedule, or as soon as the deflated solve took more iterations than the last
+    # plain one: early in a run S changes fast and a stale basis then hurts (measured on tfim2d:
+    # 102 -> 320 iterations over the first 20 steps with the step-0 basis; docs/benchmarks.md).
+    refresh = (state.age % recycle_every == 0) | (state.last_iters > state.plain_iters)
     plain_on_refresh = jnp.where(refresh, 0.0, state.scale)
     x, record, iters, residual = _pcg(A, F, state.x0, state.basis, plain_on_refresh,
                                       cg_tolerance(tol, F.dtype), maxiter, 2 * rank)
     basis, scale = state.basis, state.scale
     if rank:
         basis, scale = jax.lax.cond(refresh, lambda: _ritz(record, rank), lambda: (basis, scale))
-    return x, CGState(x, basis, scale, state.age + 1), {"cg_iters": iters, "cg_residual": residual}
+    iters = jnp.asarray(iters, jnp.int32)
+    state = CGState(x, basis, scale, jnp.where(refresh, 1, state.age + 1),
+                    jnp.where(refresh, iters, state.plain_iters), iters)
+    return x, state, {"cg_iters": iters, "cg_residual": residual}
 
 
 def sr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, tol=None, maxiter=1000,
@@ -386,7 +394,8 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
                         "a relative residual of %g instead", cg_tol, jnp.dtype(flat.dtype).name, tol)
         rank = min(cg_recycle_rank, n_params // 2)
         return CGState(jnp.zeros(n_params, flat.dtype), jnp.zeros((n_params, rank), flat.dtype),
-                       jnp.zeros(rank, jnp.finfo(flat.dtype).dtype), jnp.zeros((), jnp.int32))
+                       jnp.zeros(rank, jnp.finfo(flat.dtype).dtype), jnp.zeros((), jnp.int32),
+                       jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
     return Preconditioner(init, functools.partial(
         sr_update, diag_shift=float(diag_shift), solver=solver, tol=cg_tol, maxiter=cg_maxiter,

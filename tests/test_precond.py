@@ -119,3 +119,21 @@ def test_cg_stopped_by_maxiter_shows_it():
     assert int(info["cg_iters"]) == 3 and float(info["cg_residual"]) > 1e-5
     _, _, dense_info = precond.sr(solver="cholesky").update(precond.from_dense(Obar, "real"), eps, "real", ())
     assert dense_info == {}
+
+
+@pytest.mark.parametrize("last_iters,refreshed", [(100, True), (5, False)])
+def test_cg_refreshes_its_basis_when_deflation_stops_paying(last_iters, refreshed):
+    """Between scheduled refreshes, a step whose predecessor needed more iterations than the
+    last plain solve refreshes the deflation basis (a plain solve, recorded); otherwise not."""
+    Obar, eps = _random_jacobian(5, 60, 256, "real")
+    cg = precond.sr(diag_shift=0.01, solver="cg", cg_recycle_rank=8, cg_recycle_every=20)
+    state = cg.init(jnp.zeros(60))._replace(age=jnp.int32(5), plain_iters=jnp.int32(10),
+                                            last_iters=jnp.int32(last_iters))
+    _, new, info = cg.update(precond.from_dense(Obar, "real"), eps, "real", state)
+    assert int(new.last_iters) == int(info["cg_iters"])
+    if refreshed:
+        assert int(new.age) == 1 and int(new.plain_iters) == int(info["cg_iters"])
+        assert float(jnp.abs(new.basis).sum()) > 0  # Ritz vectors recorded
+    else:
+        assert int(new.age) == 6 and int(new.plain_iters) == 10
+        assert float(jnp.abs(new.basis).sum()) == 0  # the (empty) basis kept
