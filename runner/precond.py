@@ -134,6 +134,16 @@ def _hermitian_gram(A_PxS):
     return jax.lax.complex(G[:n, :n] + G[n:, n:], G[:n, n:] - G[n:, :n])
 
 
+def _block_gram_and_force(A_PxT, e_T, mode):
+    """S and F of one block of samples (all of them, or one chain's)."""
+    if mode == "real":
+        B, _ = _split_samples(A_PxT, e_T)
+        S = B @ B.T
+    else:
+        S = _hermitian_gram(A_PxT)
+    return S, force(from_dense(A_PxT, mode), e_T, mode)
+
+
 def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
     """(S, F) from the dense Obar, each chain's contribution computed on its own and added in
     chain order: the same bits on every layout, where one product over all samples would be
@@ -149,24 +159,14 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
         replicated = jax.sharding.PartitionSpec()
         Obar_PxS = jax.lax.with_sharding_constraint(Obar_PxS, replicated)
         eps_S = jax.lax.with_sharding_constraint(eps_S, replicated)
-        if mode == "real":
-            B, _ = _split_samples(Obar_PxS, eps_S)
-            S = B @ B.T
-        else:
-            S = _hermitian_gram(Obar_PxS)
-        return S, force(from_dense(Obar_PxS, mode), eps_S, mode)
+        return _block_gram_and_force(Obar_PxS, eps_S, mode)
     P, n_samples = Obar_PxS.shape
     pair = 2 if n_chains % 2 == 0 else 1
     A_GxKxPxT = jnp.moveaxis(Obar_PxS.reshape(P, n_chains // pair, pair, -1), 0, 2)
     eps_GxKxT = eps_S.reshape(n_chains // pair, pair, -1)
 
     def one_chain(A_PxT, e_T):
-        if mode == "real":
-            B, _ = _split_samples(A_PxT, e_T)
-            S = B @ B.T
-        else:
-            S = _hermitian_gram(A_PxT)
-        return S, force(from_dense(A_PxT, mode), e_T, mode)
+        return _block_gram_and_force(A_PxT, e_T, mode)
 
     def add(acc, block):
         S_KxPxP, F_KxP = jax.vmap(one_chain)(*block)
