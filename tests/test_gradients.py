@@ -228,7 +228,7 @@ def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
         x, state, info = update(Obar, eps, state)
         expected = dense(precond.from_dense(Obar, mode), eps, mode)
         np.testing.assert_allclose(np.asarray(x), np.asarray(expected), rtol=1e-8, atol=1e-10)
-        assert int(state.age) == step + 1
+        assert 1 <= int(state.age) <= 3  # steps since the last refresh (every 3, or earlier)
         assert np.all(np.asarray(state.scale) <= 0) and np.any(np.asarray(state.scale) < 0)
 
 
