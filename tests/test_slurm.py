@@ -293,7 +293,7 @@ def test_requeued_job_resumes_and_ends_exactly_as_an_uninterrupted_run(sweep, sw
     assert reference.returncode == 0, ref_out[-4000:]
     log = (run_dir / "cli.log").read_text()
     # checkpoint_every is larger than n_iter: the only checkpoint is the one written on the signal
-    assert "SIGTERM received: saving a checkpoint at step" in log
+    assert "received: saving a checkpoint at step" in log  # "SIGTERM received: ..."
     assert "resumed from checkpoint at step" in log
     (summary,) = sweep.summaries()
     (ref,) = sweep2.summaries()
