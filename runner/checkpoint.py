@@ -11,33 +11,41 @@ import numpy as np
 FILENAME = "state.npz"
 
 
+def write_atomic(target, write) -> Path:
+    """Writes a file atomically: `write(f)` fills a temporary file (binary) in the same directory,
+    which is flushed to disk and renamed over `target`, so a reader sees the old file or the
+    whole new one, never a half-written one.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-", suffix=target.suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return target
+
+
 def save(directory, state, meta: dict) -> Path:
     """Writes `state` (a pytree of arrays) and `meta` to directory/state.npz atomically.
 
     The file is written to a temporary name in the same directory, flushed to disk and
     renamed over the old one, so a reader sees either the old or the new checkpoint.
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(state)]
     arrays = {f"leaf_{i:04d}": x for i, x in enumerate(leaves)}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".state-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / FILENAME)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return directory / FILENAME
+    return write_atomic(Path(directory) / FILENAME, lambda f: np.savez(f, **arrays))
 
 
 def exists(directory) -> bool:

@@ -4,12 +4,11 @@ import functools
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
-from runner import restore
+from runner import checkpoint, restore
 from runner.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -145,9 +144,8 @@ def evaluate(run_dir, overrides=()) -> dict:
         "wall_seconds": time.perf_counter() - started,
     }
     if jax.process_index() == 0:
-        tmp = run_dir / f".{EVALUATION}.tmp"
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, run_dir / EVALUATION)
+        text = json.dumps(result, indent=2) + "\n"
+        checkpoint.write_atomic(run_dir / EVALUATION, lambda f: f.write(text.encode()))
     return result
 
 

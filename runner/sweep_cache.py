@@ -1,11 +1,9 @@
 """Values shared by the points of a sweep (the exact ground energy), one JSON file per config key."""
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
-from runner import fingerprint
+from runner import checkpoint, fingerprint
 
 
 def path(directory, key: dict) -> Path:
@@ -29,16 +27,5 @@ def read(directory, key: dict):
 
 def write(directory, key: dict, value) -> Path:
     """Stores `value` for `key`, atomically: a concurrent reader sees the whole file or none."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    target = path(directory, key)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"value": value, "config": key}, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    text = json.dumps({"value": value, "config": key}, indent=2) + "\n"
+    return checkpoint.write_atomic(path(directory, key), lambda f: f.write(text.encode()))
