@@ -108,7 +108,8 @@ class MLflowLogger:
     locked (a file system without working locks) is retried with growing, jittered waits.
     """
 
-    def __init__(self, run_dir: Path, settings: dict, store_dir: Path, experiment: str, run_name: str):
+    def __init__(self, run_dir: Path, settings: dict, store_dir: Path, experiment: str, run_name: str,
+                 resumed: bool = False):
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # compute nodes rarely reach the internet
         from mlflow.tracking import MlflowClient
 
@@ -121,7 +122,9 @@ class MLflowLogger:
         self.pending, self.flushed_at = [], time.monotonic()
         id_file = run_dir / MLFLOW_RUN_ID
         experiment = settings.get("experiment_name") or experiment
-        self.run_id = id_file.read_text().strip() if id_file.exists() else None
+        # Only a resumed run (its checkpoint proved to be this config's) continues the MLflow run
+        # recorded in its directory; a run started over there gets a new one.
+        self.run_id = id_file.read_text().strip() if resumed and id_file.exists() else None
         if self.run_id is None:
             experiment_id = self._write(self._experiment_id, experiment, (store_dir / MLFLOW_ARTIFACTS).resolve())
             run = self._write(self.client.create_run, experiment_id, run_name=run_name,
@@ -219,7 +222,8 @@ class Tracking:
             if name == "tensorboard":
                 tracker = TensorBoardLogger(self.run_dir, settings, start_step)
             else:
-                tracker = MLflowLogger(self.run_dir, settings, self.store_dir, self.experiment, self.run_name)
+                tracker = MLflowLogger(self.run_dir, settings, self.store_dir, self.experiment, self.run_name,
+                                       resumed=start_step > 0)
             self.active[name] = tracker
             self._call(name, "log_params", self.params)
         return self

@@ -111,6 +111,20 @@ def test_a_resumed_run_goes_on_in_the_same_mlflow_run_and_tensorboard_series(tmp
         (r["step"], pytest.approx(r["energy"], rel=1e-6)) for r in records]
 
 
+
+def test_a_run_started_over_gets_a_new_mlflow_run(tmp_path):
+    args = ["hilbert.L=6", "sampler.n_samples=128", "final_rounds=1", "exact=false", "n_iter=3",
+            "logger=[mlflow]", "logger.mlflow.flush_seconds=0", "hydra.run.dir=run"]
+    run_cli(args, tmp_path, check=True)
+    run_cli([*args, "seed=1", "resume=false"], tmp_path, check=True)  # another config, started over
+    run_dir = tmp_path / "run"
+    client = mlflow_client(run_dir / "mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 2
+    latest = (run_dir / ".mlflow_run_id").read_text().strip()
+    history = sorted((m.step, m.value) for m in client.get_metric_history(latest, "energy"))
+    assert history == [(r["step"], r["energy"]) for r in metrics_of(run_dir)]
+
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
