@@ -28,6 +28,10 @@ class Hilbert(NamedTuple):
             (b the reciprocal vectors, b_i . a_j = 2 pi delta_ij), also for open boundaries.
         next_bonds_issue: why `next_bonds` cannot carry a coupling on this (too small
             periodic) lattice, or None.
+        space_group: int32 [G, N], row g maps site i to its image under space-group element g:
+            the point group (chain: the reflection; square: C4v; triangular, honeycomb, kagome:
+            C6v) composed with every translation, as far as the finite lattice keeps them; row 0
+            the identity, rows 0..T-1 the translations (see `_space_group`). None: the identity.
     """
 
     n_sites: int
@@ -41,6 +45,7 @@ class Hilbert(NamedTuple):
     translations: np.ndarray
     momenta: np.ndarray
     next_bonds_issue: str | None = None
+    space_group: np.ndarray | None = None
 
     @property
     def n_up(self) -> int | None:
@@ -131,6 +136,84 @@ def _shell_offsets(vectors, basis):
     return offsets
 
 
+# Order of the rotations in each lattice's point group (C_n, with the n mirrors: C_nv).
+_ROTATION_ORDER = {"chain": 2, "square": 4, "triangular": 6, "honeycomb": 6, "kagome": 6}
+
+
+def _point_operations(kind):
+    """The linear parts [P, d, d] of the point group, identity first: rotations by 2 pi k / n,
+    then each composed with the mirror y -> -y (x -> -x for the chain)."""
+    if kind == "chain":
+        return np.array([[[1.0]], [[-1.0]]])
+    n = _ROTATION_ORDER[kind]
+    rotations = [np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]) for a in 2 * np.pi * np.arange(n) / n]
+    return np.array(rotations + [r @ np.diag([1.0, -1.0]) for r in rotations])
+
+
+def _site_of(points_MxD, vectors, basis, extents, pbc, tol=1e-6):
+    """The site index at each point [M] (wrapped onto the torus with pbc), -1 where none lies."""
+    inverse = np.linalg.inv(vectors)
+    frac_MxD = points_MxD @ inverse
+    found = -np.ones(len(points_MxD), np.int64)
+    for b, rb in enumerate(basis):
+        cell_MxD = np.round(frac_MxD - rb @ inverse)
+        miss = np.linalg.norm(points_MxD - cell_MxD @ vectors - rb, axis=-1)
+        extent = np.asarray(extents)
+        cell_MxD = cell_MxD.astype(np.int64)
+        if pbc:
+            cell_MxD %= extent
+        inside = (miss < tol) & np.all((cell_MxD >= 0) & (cell_MxD < extent), axis=-1)
+        flat = np.ravel_multi_index(tuple(np.clip(cell_MxD, 0, extent - 1).T), extents) if len(extents) else 0
+        found = np.where(inside, flat * len(basis) + b, found)
+    return found
+
+
+def _keeps_pairs(perm_N, pairs):
+    """Whether the site permutation maps the set of pairs [B, 2] onto itself."""
+    moved = np.sort(perm_N[pairs], axis=-1)
+    return {tuple(p) for p in moved.tolist()} == {tuple(p) for p in np.sort(pairs, axis=-1).tolist()}
+
+
+def _space_group(kind, positions, translations, extents, pbc, bonds, next_bonds):
+    """The lattice's space group as site permutations [G, N], found from the geometry.
+
+    Each point operation g (a rotation or mirror of `_point_operations`) is tried as the maps
+    x -> g x + t: with pbc it must map the torus' periods onto periods (on an Lx != Ly square
+    the rotations by 90 degrees do not, leaving C2v); t runs over the differences that send site
+    0 onto a site, and the first t under which every site lands on a site (wrapped onto the
+    torus, matched within a tolerance) and that maps bonds onto bonds and next_bonds onto
+    next_bonds gives one element; composed with every translation it gives the rest of its
+    coset (open boundaries: no translations, only the operations that fix the cluster). Rows
+    that coincide as permutations (small tori) are kept once.
+
+    Returns:
+        int32 [G, N]: row 0 the identity, rows 0..T-1 `translations` in their order.
+    """
+    vectors, basis = _GEOMETRY[kind]
+    periods = np.asarray(extents)[:, None] * vectors
+    rows, seen = [], set()
+    for g in _point_operations(kind):
+        if pbc:
+            # g maps the torus onto itself only if it maps each period to an integer sum of periods.
+            coeffs = (periods @ g.T) @ np.linalg.inv(periods)
+            if not np.allclose(coeffs, np.round(coeffs), atol=1e-9):
+                continue
+        moved_NxD = positions @ g.T
+        for target in positions:
+            perm = _site_of(moved_NxD + (target - moved_NxD[0]), vectors, basis, extents, pbc)
+            if (np.all(perm >= 0) and len(set(perm.tolist())) == len(perm)
+                    and _keeps_pairs(perm, bonds) and _keeps_pairs(perm, next_bonds)):
+                break
+        else:
+            continue
+        for shift in translations:
+            row = tuple(shift[perm].tolist())  # g first, then the translation
+            if row not in seen:
+                seen.add(row)
+                rows.append(row)
+    return np.asarray(rows, np.int32)
+
+
 def _build_lattice(kind, extents, pbc, total_sz, size_keys):
     """Sites, shells, translations and momenta of `kind` on `extents` unit cells.
 
@@ -203,6 +286,7 @@ def _build_lattice(kind, extents, pbc, total_sz, size_keys):
         translations=translations,
         momenta=momenta,
         next_bonds_issue=issue,
+        space_group=_space_group(kind, positions, translations, extents, pbc, bonds, _unique_bonds(shells[1])),
     )
 
 
@@ -336,6 +420,7 @@ def graph(
         translations=np.arange(n_sites, dtype=np.int32)[None, :],
         momenta=np.zeros((1, coords.shape[1])),
         next_bonds_issue=f"the pair {min(shared)} is in both edges and next_edges" if shared else None,
+        space_group=np.arange(n_sites, dtype=np.int32)[None, :],
     )
 
 

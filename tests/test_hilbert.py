@@ -7,6 +7,7 @@ import pytest
 
 from runner import hilbert as hb
 from runner.errors import ConfigError
+from tests import dense
 
 
 def _coordination(n_sites, pairs):
@@ -164,3 +165,182 @@ def test_graph():
     assert g.translations.shape == (1, 4) and g.momenta.shape == (1, 2)
     assert "both" in hb.graph(3, [[0, 1], [1, 2]], next_edges=[[1, 0]]).next_bonds_issue
     assert hb.graph(3, [[0, 1], [1, 2], [0, 2]]).sublattice is None
+
+
+# Space groups: (lattice, order G[, automorphisms of its two bond graphs where they have more]).
+# The point group (chain: reflection; square: C4v; triangular, honeycomb, kagome: C6v) times the
+# L^d translations, fewer where the finite lattice breaks a point operation (Lx != Ly, open
+# boundaries) or two elements coincide.
+SPACE_GROUPS = [
+    (lambda: hb.chain(5), 10),
+    (lambda: hb.chain(8), 16),
+    (lambda: hb.chain(7, pbc=False), 2),
+    (lambda: hb.square(2), 8),  # 32 maps, 8 distinct permutations of 4 sites
+    (lambda: hb.square(4), 128),
+    (lambda: hb.square(6), 288),
+    (lambda: hb.square(Lx=4, Ly=6), 4 * 24),  # C2v
+    (lambda: hb.square(4, pbc=False), 8),
+    (lambda: hb.square(Lx=3, Ly=4, pbc=False), 4),
+    (lambda: hb.triangular(3), 108, 1296),
+    (lambda: hb.triangular(4), 192),
+    (lambda: hb.honeycomb(2), 48),
+    (lambda: hb.honeycomb(3), 108, 216),
+    (lambda: hb.kagome(2), 48),
+    (lambda: hb.kagome(3), 108),
+]
+
+
+def _count_automorphisms(n_sites, bonds, next_bonds):
+    """Permutations keeping bonds and next_bonds (an edge-coloured graph), by backtracking."""
+    colour = {}
+    for shell, pairs in ((1, bonds), (2, next_bonds)):
+        for i, j in np.asarray(pairs).tolist():
+            colour[i, j] = colour[j, i] = shell
+    order = [0]  # breadth first, so each site is checked against neighbours placed before it
+    for i in order:
+        order += [j for j in range(n_sites) if (i, j) in colour and j not in order]
+    order += [j for j in range(n_sites) if j not in order]
+    image = {}
+
+    def extend(k):
+        if k == n_sites:
+            return 1
+        i, total = order[k], 0
+        for c in set(range(n_sites)) - set(image.values()):
+            if all(colour.get((i, j), 0) == colour.get((c, image[j]), 0) for j in order[:k]):
+                image[i] = c
+                total += extend(k + 1)
+                del image[i]
+        return total
+
+    return extend(0)
+
+
+@pytest.mark.parametrize("make,order", [s[:2] for s in SPACE_GROUPS])
+def test_space_group_is_a_group_of_lattice_automorphisms(make, order):
+    lattice = make()
+    group = lattice.space_group
+    assert group.shape == (order, lattice.n_sites) and group.dtype == np.int32
+    np.testing.assert_array_equal(group[0], np.arange(lattice.n_sites))
+    np.testing.assert_array_equal(group[: len(lattice.translations)], lattice.translations)
+    rows = {tuple(g) for g in group.tolist()}
+    assert len(rows) == order
+    for g in group:
+        assert sorted(g) == list(range(lattice.n_sites))
+        for pairs in (lattice.bonds, lattice.next_bonds):
+            assert {tuple(p) for p in np.sort(g[pairs], axis=-1).tolist()} == {tuple(p) for p in pairs.tolist()}
+        assert tuple(np.argsort(g).tolist()) in rows  # the inverse
+    products = {tuple(g[h].tolist()) for g in group for h in group}  # closure
+    assert products == rows
+
+
+@pytest.mark.parametrize("make,automorphisms", [(s[0], s[2] if len(s) > 2 else None) for s in SPACE_GROUPS])
+def test_space_group_against_brute_force_automorphisms(make, automorphisms):
+    """Where the finite lattice has no accidental symmetry, the geometric space group is every
+    permutation that keeps both bond shells; on the 3x3 triangular and honeycomb tori the
+    graphs have more (all 9 triangular sites are first or second neighbours: 1296 vs 108;
+    honeycomb 216 vs 108), which are not lattice symmetries and are left out."""
+    lattice = make()
+    count = _count_automorphisms(lattice.n_sites, lattice.bonds, lattice.next_bonds)
+    assert count == (automorphisms or len(lattice.space_group))
+
+
+def test_space_group_keeps_c2v_on_rectangles_and_open_clusters():
+    rectangle = hb.square(Lx=4, Ly=6)
+    pos = rectangle.positions
+    for g in rectangle.space_group:
+        # the map is affine with a linear part in C2v: displacements keep |dx| and |dy|
+        for i, j in ((0, 5), (0, 7), (3, 22)):
+            d_old, d_new = np.abs(pos[j] - pos[i]), np.abs(pos[g[j]] - pos[g[i]])
+            np.testing.assert_allclose(np.minimum(d_new, [4, 6] - d_new), np.minimum(d_old, [4, 6] - d_old))
+    # an open square keeps the 8 operations about its centre: the distance to it is kept
+    open_square = hb.square(4, pbc=False)
+    centre = open_square.positions.mean(axis=0)
+    radius = np.linalg.norm(open_square.positions - centre, axis=-1)
+    for g in open_square.space_group:
+        np.testing.assert_allclose(radius[g], radius)
+
+
+def test_graph_space_group_is_the_identity():
+    g = hb.graph(3, [[0, 1], [1, 2]])
+    np.testing.assert_array_equal(g.space_group, [[0, 1, 2]])
+
+
+def _heisenberg_sector(lattice, J2, rotate):
+    """The J1-J2 Heisenberg H (Paulis) on the Sz = 0 sector as a sparse matrix, built from its
+    matrix elements: diagonal J s_i s_j, and 2 J between states differing by an exchanged
+    antiparallel pair; `rotate` applies the Marshall rotation U = prod_{i in sublattice 1} Z_i."""
+    import scipy.sparse
+
+    hilbert = lattice._replace(total_sz=0.0)
+    states = hb.all_states(hilbert).astype(np.int64)
+    codes = hb.states_to_codes(states)
+    rows, cols, vals = [np.arange(len(states))], [np.arange(len(states))], [np.zeros(len(states))]
+    for pairs, coupling in ((lattice.bonds, 1.0), (lattice.next_bonds, J2)):
+        for i, j in pairs:
+            vals[0] = vals[0] + coupling * states[:, i] * states[:, j]
+            flip = states[:, i] != states[:, j]
+            swapped = states[flip].copy()
+            swapped[:, [i, j]] = swapped[:, [j, i]]
+            rows.append(np.nonzero(flip)[0])
+            cols.append(np.searchsorted(codes, hb.states_to_codes(swapped)))
+            vals.append(np.full(flip.sum(), 2.0 * coupling))
+    H = scipy.sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                                shape=(len(states),) * 2)
+    if rotate:
+        u = np.prod(np.where(lattice.sublattice[None, :] == 1, states, 1), axis=-1).astype(float)
+        H = scipy.sparse.diags(u) @ H @ scipy.sparse.diags(u)
+    return H, states, codes
+
+
+def _permuted_index(states, codes, perm):
+    """Index of the configuration s[perm] for each configuration s of the sector."""
+    return np.searchsorted(codes, hb.states_to_codes(states[:, perm]))
+
+
+def test_triangular_j1j2_dense_hamiltonian_commutes_with_the_space_group():
+    lattice = hb.triangular(3)
+    terms = [(J, P + P, pair) for pairs, J in ((lattice.bonds, 1.0), (lattice.next_bonds, 0.5))
+             for pair in pairs.tolist() for P in "XYZ"]
+    H = dense.dense_pauli(terms, 9)
+    states = hb.all_states(lattice)
+    rows = dense.basis_index(states)
+    assert np.abs(H).max() > 0
+    for g in lattice.space_group:
+        moved = np.empty_like(rows)
+        moved[rows] = dense.basis_index(states[:, g])  # P |s> = |s[g]>; P H P^-1 = H elementwise
+        np.testing.assert_allclose(H[np.ix_(moved, moved)], H, atol=1e-12)
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_square_j1j2_commutes_with_the_space_group_and_marshall_rotation(rotate):
+    """4x4 J1-J2 (J2 = 0.5) in the Sz = 0 sector, plain and Marshall-rotated: H commutes with
+    every space-group permutation, and the ground state is the trivial representation in both
+    (N/2 = 8 even: U and the permutations commute on the sector)."""
+    import scipy.sparse.linalg
+
+    lattice = hb.square(4)
+    H, states, codes = _heisenberg_sector(lattice, 0.5, rotate)
+    v = np.random.default_rng(0).normal(size=(len(states), 3))
+    for g in lattice.space_group:
+        index = _permuted_index(states, codes, g)
+        np.testing.assert_allclose((H @ v)[index], H @ v[index], atol=1e-10)
+    energies, vectors = scipy.sparse.linalg.eigsh(H, k=2, which="SA", tol=1e-12)
+    assert energies[1] - energies[0] > 0.1  # a unique ground state
+    psi = vectors[:, 0]
+    for g in lattice.space_group:
+        np.testing.assert_allclose(psi[_permuted_index(states, codes, g)], psi, atol=1e-8)
+
+
+@pytest.mark.parametrize("L", [4, 6])
+def test_space_group_maps_the_sublattices_onto_themselves_or_each_other(L):
+    """Every element keeps or swaps the Marshall sublattices, so with U = prod_{i in B} Z_i,
+    U P U P^-1 is 1 or prod_i Z_i = (-1)^(N/2) on the Sz = 0 sector: 1 for N/2 even (16 and
+    36 sites), so the rotation commutes with the whole space group there."""
+    lattice = hb.square(L)
+    swaps = 0
+    for g in lattice.space_group:
+        moved = lattice.sublattice[np.argsort(g)]  # colour of the site each site comes from
+        assert np.all(moved == lattice.sublattice) or np.all(moved != lattice.sublattice)
+        swaps += int(np.all(moved != lattice.sublattice))
+    assert swaps == len(lattice.space_group) // 2 and (lattice.n_sites // 2) % 2 == 0
