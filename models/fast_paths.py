@@ -98,22 +98,27 @@ def resolve(model) -> FastPaths | None:
     """
     cls = type(model)
     protocols = check(cls)
-    if not protocols:
+    # An instance whose settings the written-out paths do not cover (e.g. a symmetry projection
+    # on top of the model) says so in its class's own `fast_paths_apply`; it takes the generic path.
+    applies = vars(cls).get("fast_paths_apply")
+    if not protocols or (applies is not None and not applies(model)):
         return None
+    # Methods of the instance: a model may need its own static settings (a lattice's symmetry
+    # permutations) to build its tables; static methods read the same either way.
     ratio = amplitude = products = None
     if LocalRatios in protocols:
         def ratio(params, sigma_N, sites_KxJ, delta_KxJ):
-            tables = cls.local_tables(params)
-            return cls.local_ratios(tables, cls.local_state(tables, sigma_N), sites_KxJ, delta_KxJ)
+            tables = model.local_tables(params)
+            return model.local_ratios(tables, model.local_state(tables, sigma_N), sites_KxJ, delta_KxJ)
     if SamplerCache in protocols:
         amplitude = (
-            cls.local_tables,
-            cls.sampler_init,
+            model.local_tables,
+            model.sampler_init,
             lambda tables, cache, proposed_xN, sites_xK, delta_xK:
-                cls.sampler_update(tables, cache, sites_xK, delta_xK),
+                model.sampler_update(tables, cache, sites_xK, delta_xK),
         )
     if JacobianProducts in protocols:
-        products = cls.jacobian_products
+        products = model.jacobian_products
     return FastPaths(ratio, amplitude, products)
 
 

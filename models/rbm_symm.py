@@ -1,24 +1,39 @@
-"""Translation-symmetric restricted Boltzmann machine."""
+"""Symmetric restricted Boltzmann machine: hidden units shared over a lattice symmetry group."""
 
 from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from models import symmetrize
-from models.common import check_param_dtype, normal, real_times, sum_log_cosh
+from models.common import check_param_dtype, normal
+from models.fast_paths import LocalRatios, SamplerCache
+from models.rbm import RBM
 from runner.errors import ConfigError
+
+GROUPS = ("translations", "lattice")
 
 
 class RBMSymm(nn.Module):
-    """log psi(s) = a sum_i s_i + sum_{f, t} log cosh(b_f + sum_i W_fi s_{T_t(i)}): each of the
-    `alpha` features has one weight vector and bias, shared by its hidden units over the T
-    lattice translations, so log psi is invariant under them."""
+    """log psi(s) = a sum_i s_i + sum_{f, g} log cosh(b_f + sum_i W_fi s_{g(i)}): each of the
+    `alpha` features has one weight vector and bias, shared by its hidden units over the G
+    elements g of `group`, so log psi is invariant under that group.
+
+    It is an RBM whose N x (G alpha) weight matrix is W with its rows permuted by each group
+    element: the RBM's local updates (sampler cache, local-energy ratios) apply to that matrix
+    unchanged, so this model runs on them whenever no projection is asked for on top.
+    """
 
     alpha: int = 1
-    """Features: the number of hidden units is alpha * T (T translations of the lattice)."""
+    """Features: the number of hidden units is alpha * G (G elements of `group`)."""
+    group: str = "translations"
+    """The group the hidden units are shared over: translations (the lattice's T translations) or
+    lattice (its space group: translations with the rotations and reflections that map the
+    finite lattice onto itself)."""
     symmetries: str = "none"
-    """Symmetry projection on top: none or translations (see `models.symmetrize`)."""
+    """Symmetry projection on top (see `models.symmetrize`); log psi is already invariant under
+    `group`, so this is for `parity`, or for `lattice` on top of group=translations."""
     parity: int | None = None
     """Spin-flip parity of the projected state: null (none), 1 or -1. (No momentum key: log psi is
     translation invariant already, and its projection onto any q != 0 vanishes.)"""
@@ -28,27 +43,61 @@ class RBMSymm(nn.Module):
     """The lattice (given by the runner); held as a `models.symmetrize.Lattice`."""
 
     holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
+    # The RBM's local updates on the expanded weight matrix (`local_tables`); the Jacobian
+    # products are left to autodiff (a few parameters per feature: SR's dense solvers).
+    fast_paths = (LocalRatios, SamplerCache)
 
     def __post_init__(self):
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int) or self.alpha < 1:
             raise ConfigError("alpha", f"must be a positive integer (got {self.alpha!r})")
+        if self.group not in GROUPS:
+            raise ConfigError("group", f"must be one of {', '.join(GROUPS)} (got {self.group!r})")
         check_param_dtype(self.param_dtype)
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
         symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert)
         super().__post_init__()
 
+    def fast_paths_apply(self) -> bool:
+        """The RBM's updates give log psi of the model without projection only."""
+        return self.symmetries == "none" and self.parity is None
+
+    def group_GxN(self) -> np.ndarray:
+        """The group's permutations: image g of s is s[perm[g]] (row 0 the identity)."""
+        return self.hilbert.translations_TxN if self.group == "translations" else self.hilbert.space_group_GxN
+
     @nn.compact
     def unprojected(self, sigma_xN):
         """log psi before the symmetry projection [...]."""
         n = sigma_xN.shape[-1]
-        kernel_NxF = self.param("kernel", normal(0.1 / n**0.5), (n, self.alpha), self.param_dtype)
-        bias_F = self.param("hidden_bias", normal(0.01), (self.alpha,), self.param_dtype)
-        visible = self.param("visible_bias", normal(0.01), (), self.param_dtype)
-        x_xN = sigma_xN.astype(jnp.finfo(self.param_dtype).dtype)  # spins are real
-        x_xTxN = x_xN[..., self.hilbert.translations_TxN]
-        theta_xTxF = real_times(x_xTxN, kernel_NxF) + bias_F
-        theta_xM = theta_xTxF.reshape(*theta_xTxF.shape[:-2], -1)
-        return sum_log_cosh(theta_xM) + visible * jnp.sum(x_xN, axis=-1)
+        params = {
+            "kernel": self.param("kernel", normal(0.1 / n**0.5), (n, self.alpha), self.param_dtype),
+            "hidden_bias": self.param("hidden_bias", normal(0.01), (self.alpha,), self.param_dtype),
+            "visible_bias": self.param("visible_bias", normal(0.01), (), self.param_dtype),
+        }
+        return RBM.local_log_psi(self.local_state(self.local_tables(params), sigma_xN))
 
     def __call__(self, sigma_xN):
         return symmetrize.project(self.unprojected, sigma_xN, self.hilbert, self.symmetries, self.parity, None)
+
+    # --- the RBM's fast paths, on the expanded parameters ------------------------------------
+
+    def local_tables(self, params):
+        """The RBM tables of the equivalent RBM: kernel [N, G alpha] with column (g, f) =
+        W_f permuted by g (theta_gf = sum_i W_fi s_{g(i)} = sum_j s_j W_{f, g^-1(j)}), the hidden
+        bias repeated over g, the visible bias on every site."""
+        perm_GxN = self.group_GxN()
+        inverse_GxN = np.argsort(perm_GxN, axis=1)
+        kernel_NxF = params["kernel"]
+        n, n_features = kernel_NxF.shape
+        kernel_NxM = jnp.swapaxes(kernel_NxF[inverse_GxN], 0, 1).reshape(n, -1)  # [N, G, F] -> [N, G F]
+        expanded = {
+            "kernel": kernel_NxM,
+            "hidden_bias": jnp.tile(params["hidden_bias"], len(perm_GxN)),
+            "visible_bias": jnp.full((n,), params["visible_bias"]),
+        }
+        return RBM.local_tables(expanded)
+
+    local_state = staticmethod(RBM.local_state)
+    local_ratios = staticmethod(RBM.local_ratios)
+    sampler_init = staticmethod(RBM.sampler_init)
+    sampler_update = staticmethod(RBM.sampler_update)

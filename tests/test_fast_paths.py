@@ -95,3 +95,37 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
     lazy = jacobian(problem, params, states[:40].reshape(4, 10, -1), "real")
     v = jax.random.normal(jax.random.PRNGKey(1), (lazy.dense().shape[0],))
     np.testing.assert_allclose(lazy.matvec(v), precond.from_dense(lazy.dense(), "real").matvec(v), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
+    """RBMSymm declares the RBM's local updates on its expanded matrix: its fast local energies
+    equal dense H psi / psi, its sampler cache follows log |psi| through moves, and a projected
+    instance takes the generic path (the updates would ignore the projection)."""
+    from models import RBMSymm
+
+    lattice = hb.square(3)
+    ham = operators.heisenberg(lattice, J=1.0, J2=0.5, sign_rule=False)
+    model = RBMSymm(alpha=2, param_dtype=dtype, hilbert=lattice)
+    paths = resolve(model)
+    assert paths.ratio is not None and paths.amplitude is not None and paths.jacobian_products is None
+    assert resolve(RBMSymm(alpha=2, parity=1, hilbert=lattice)) is None
+    states = jnp.asarray(hb.all_states(lattice))
+    params = model.init(jax.random.PRNGKey(0), states[0])["params"]
+    params = jax.tree_util.tree_map(lambda x: 20 * x, params)
+    problem = _problem(model, ham)
+    picked = states[:: len(states) // 64][:64]
+    eloc = local_energies(problem, params, picked.reshape(4, 16, -1)).reshape(-1)
+    psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
+    H = dense_heisenberg(lattice.bonds, lattice.next_bonds, 9, 1.0, 0.5)
+    idx = basis_index(np.asarray(picked))
+    np.testing.assert_allclose(np.asarray(eloc), (H @ psi)[idx] / psi[idx], rtol=1e-9)
+    amp = amplitude_of(model)
+    tables = amp.prepare(params)
+    log_abs, cache = amp.init(tables, picked[:5])
+    np.testing.assert_allclose(log_abs, jnp.real(model.apply({"params": params}, picked[:5])), rtol=1e-12)
+    sites = jnp.array([[0, 4]] * 5)
+    moved = picked[:5].at[:, jnp.array([0, 4])].multiply(-1)
+    delta = moved[jnp.arange(5)[:, None], sites] - picked[:5][jnp.arange(5)[:, None], sites]
+    log_abs, _ = amp.update(tables, cache, moved, sites, delta)
+    np.testing.assert_allclose(log_abs, jnp.real(model.apply({"params": params}, moved)), rtol=1e-10)
