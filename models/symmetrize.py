@@ -9,7 +9,7 @@ import numpy as np
 
 from runner.errors import ConfigError
 
-SYMMETRIES = ("none", "translations")
+SYMMETRIES = ("none", "translations", "lattice")
 PARITIES = (None, 1, -1)
 
 
@@ -23,6 +23,9 @@ class Lattice:
         n_basis: sites per unit cell.
         pbc: periodic boundaries.
         translations: T rows of N site indices, row t: site i -> its image (row 0 identity).
+        space_group: G rows of N site indices, the lattice's space group (point group and
+            translations, see `runner.hilbert.Hilbert.space_group`): row 0 the identity, rows
+            0..T-1 the translations; () when the lattice does not give one (the identity alone).
     """
 
     n_sites: int
@@ -30,10 +33,18 @@ class Lattice:
     n_basis: int
     pbc: bool
     translations: tuple
+    space_group: tuple = ()
 
     @property
     def translations_TxN(self) -> np.ndarray:
         return np.asarray(self.translations, np.int32).reshape(-1, self.n_sites)
+
+    @property
+    def space_group_GxN(self) -> np.ndarray:
+        """[G, N] the space group's rows (the identity alone when the lattice gives none)."""
+        if not self.space_group:
+            return np.arange(self.n_sites, dtype=np.int32)[None]
+        return np.asarray(self.space_group, np.int32).reshape(-1, self.n_sites)
 
     def displacement(self, t: int) -> tuple:
         """The cell offset (one integer per direction) of translation t."""
@@ -51,7 +62,10 @@ def lattice_of(hilbert) -> Lattice:
     if hilbert.n_sites % cells:
         raise ConfigError("hilbert", f"has {hilbert.n_sites} sites, not a whole number per cell of {shape}")
     translations = tuple(tuple(int(i) for i in row) for row in np.asarray(hilbert.translations))
-    return Lattice(int(hilbert.n_sites), shape, hilbert.n_sites // cells, bool(hilbert.pbc), translations)
+    group = getattr(hilbert, "space_group", None)
+    space_group = () if group is None else tuple(tuple(int(i) for i in row) for row in np.asarray(group))
+    return Lattice(int(hilbert.n_sites), shape, hilbert.n_sites // cells, bool(hilbert.pbc), translations,
+                   space_group)
 
 
 def check_keys(symmetries, parity, momentum, lattice: Lattice):
@@ -67,7 +81,9 @@ def check_keys(symmetries, parity, momentum, lattice: Lattice):
             or any(isinstance(m, bool) or not isinstance(m, int) for m in momentum)):
         raise ConfigError("momentum", f"must be null or a list of {d} integers m, q = m_k / L_k b_k (got {momentum!r})")
     if symmetries != "translations":
-        raise ConfigError("momentum", "needs symmetries=translations")
+        # With the point group a momentum q != 0 is no longer a one-dimensional character (the
+        # rotations mix q with its star); symmetries=lattice projects onto the trivial one.
+        raise ConfigError("momentum", f"needs symmetries=translations (got symmetries={symmetries})")
     return tuple(momentum)
 
 
@@ -79,9 +95,11 @@ def images(lattice: Lattice, symmetries: str, parity, momentum):
          sign_G int8 (+1, or -1 for the spin-flipped half),
          weight_G complex128: psi_P(s) = sum_g weight_g psi(image_g(s)).)
     Translations with momentum q weigh image t by exp(-i q . d_t), so psi_P(T_u s) =
-    exp(i q . d_u) psi_P(s); the spin flip weighs by `parity`.
+    exp(i q . d_u) psi_P(s); `lattice` takes every space-group element with weight 1 (the
+    trivial representation A1: psi_P(g s) = psi_P(s)); the spin flip weighs by `parity`.
     """
-    perms = lattice.translations_TxN if symmetries == "translations" else np.arange(lattice.n_sites)[None]
+    perms = {"translations": lattice.translations_TxN, "lattice": lattice.space_group_GxN}.get(
+        symmetries, np.arange(lattice.n_sites, dtype=np.int32)[None])
     weights = np.ones(len(perms), np.complex128)
     if momentum is not None:
         for t in range(len(perms)):
