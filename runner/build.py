@@ -9,7 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner import fingerprint, observables, restore
+from runner import fingerprint, observables, precond, restore, schedules
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
 from runner.operators import Hamiltonian
@@ -25,7 +25,13 @@ DTYPES = {
     "float32": (jnp.float32, False),
     "complex128": (jnp.complex128, True),
     "complex64": (jnp.complex64, False),
+    "float32_mixed": (jnp.float32, True),
+    "complex64_mixed": (jnp.complex64, True),
 }
+# Mixed precision: parameters, samples, log psi, local energies and log-derivatives in 32-bit;
+# the dense solvers build S (or minSR's T) and solve in 64-bit (precond.solving_in), where a
+# 32-bit Gram matrix loses half its digits to the condition number.
+MIXED = ("float32_mixed", "complex64_mixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,12 +162,25 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
                 f"true needs about {need / 2**30:.3g} GiB for the {hilbert.n_states} basis states of this "
                 f"lattice but {have / 2**30:.3g} GiB is available; use exact=false or exact=auto",
             )
-    if dtype_name in ("float32", "float64") and not operators.is_stoquastic(hamiltonian):
+    if dtype_name in ("float32", "float64", "float32_mixed") and not operators.is_stoquastic(hamiltonian):
         logging.warning(
             "dtype=%s gives a real, sign-free wavefunction, but this Hamiltonian is not stoquastic "
             "(positive or complex off-diagonal elements), so its ground state may have signs it cannot represent; "
             "consider dtype=complex128", dtype_name,
         )
+
+
+def _with_schedule(config: dict, group: str, key: str):
+    """(the group's node, schedule): a `_target_` node under `group.key` built into a schedule
+    (a function of the VMC step, runner.schedules) and checked, the node carrying the schedule in
+    its place; (the node as it is, None) when the key holds anything else."""
+    node = config[group]
+    if not isinstance(node.get(key), dict):
+        return node, None
+    name = f"{group}.{key}"
+    schedule = instantiate(name, node[key])
+    schedules.check(name, schedule, str(node[key].get("_target_")))
+    return {**node, key: schedule}, schedule
 
 
 def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
@@ -198,11 +217,14 @@ def build(config: dict, sweep_job=None) -> Experiment:
     model = instantiate("model", config["model"], param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
     sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
-    optimizer_cfg = config["optimizer"]
-    require_number("optimizer.learning_rate", optimizer_cfg.get("learning_rate"), positive=True)
+    optimizer_cfg, learning_rate = _with_schedule(config, "optimizer", "learning_rate")
+    if learning_rate is None:
+        require_number("optimizer.learning_rate", optimizer_cfg.get("learning_rate"), positive=True)
     optimizer = instantiate("optimizer", optimizer_cfg)
-    precondition = instantiate("preconditioner", config["preconditioner"])
+    precondition = instantiate("preconditioner", _with_schedule(config, "preconditioner", "diag_shift")[0])
+    if dtype_name in MIXED:
+        precondition = precond.solving_in(precondition, jnp.float64)
     _check_chunk(settings.chunk_size, sampler)
-    problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size)
+    problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate)
     observed = observables.build(config.get("observables"), hilbert, hamiltonian)
     return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed)

@@ -54,23 +54,66 @@ class Preconditioner(NamedTuple):
 
     init: the flat parameters in solver coordinates (anything with .shape and .dtype) ->
         the initial state (a pytree; () for the stateless ones);
-    update: (jac, eps_S, mode, state) -> (update direction, next state, info): info a dict of
-        scalars for the step's metrics ({} for the direct solvers; CG: `cg_iters`, `cg_residual`).
+    update: (jac, eps_S, mode, state, step=0) -> (update direction, next state, info): `step`
+        the VMC step (0 at the first; a `diag_shift` schedule is read there), info a dict of
+        scalars for the step's metrics ({} for the direct solvers; CG: `cg_iters`,
+        `cg_residual`; `diag_shift` when it is a schedule).
     """
 
     init: Callable
     update: Callable
 
-    def __call__(self, jac, eps_S, mode, state=None):
+    def __call__(self, jac, eps_S, mode, state=None, step=0):
         """One solve (from the initial state unless one is given): the update direction."""
         if state is None:
             state = self.init(jax.eval_shape(lambda e: force(jac, e, mode), eps_S))
-        return self.update(jac, eps_S, mode, state)[0]
+        return self.update(jac, eps_S, mode, state, step)[0]
 
 
 def stateless(update) -> Preconditioner:
     """A Preconditioner from (jac, eps_S, mode) -> direction."""
-    return Preconditioner(lambda flat: (), lambda jac, eps_S, mode, state: (update(jac, eps_S, mode), state, {}))
+    return Preconditioner(lambda flat: (), lambda jac, eps_S, mode, state, step=0: (update(jac, eps_S, mode), state, {}))
+
+
+def solving_in(precondition: Preconditioner, dtype) -> Preconditioner:
+    """Mixed precision: the dense solvers (cholesky/eigh SR, minSR) get Obar and eps_S promoted
+    to `dtype`'s precision (jnp.float64: float32 -> float64, complex64 -> complex128), so S or T
+    is built and solved in it; a state they return keeps the dtypes it came in (the VMC state
+    stays in the parameters' precision) and the caller casts the direction back. CG is left as
+    it is: its products with O run in the model's precision, so its vectors and tolerance stay
+    those of the parameters (a 64-bit CG on 32-bit products would stall at their rounding)."""
+    inner = precondition.update
+    keywords = dict(getattr(inner, "keywords", {}))  # sr's settings stay readable (app._cg_maxiter)
+    return Preconditioner(precondition.init, functools.partial(
+        _update_in, update=getattr(inner, "func", inner), dtype=dtype, **keywords))
+
+
+def _update_in(jac, eps_S, mode, state, step=0, *, update, dtype, **keywords):
+    """`solving_in`'s update: `update(..., **keywords)` on promoted inputs, unless CG. The dense
+    Obar and its sample chunks (what S and T are built from) are promoted; the products with
+    vectors (matvec, rmatvec) stay the model's."""
+    if isinstance(state, CGState):
+        return update(jac, eps_S, mode, state, step, **keywords)
+    wide = lambda x: x.astype(jnp.promote_types(x.dtype, dtype))  # noqa: E731
+    dense, chunks = jac.dense, getattr(jac, "chunks", None)
+    jac = jac._replace(dense=lambda: wide(dense()))
+    if chunks is not None:
+        def start():
+            rows = chunks.start()
+            return lambda k: wide(rows(k))
+        jac = jac._replace(chunks=chunks._replace(start=start))
+    x, new_state, info = update(jac, wide(eps_S), mode, state, step, **keywords)
+    return x, jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), new_state, state), info
+
+
+def shift_at(diag_shift, step, dtype):
+    """(diag_shift at `step`, metrics info): a number as it is, with no info; a schedule (a
+    function of the VMC step) evaluated and cast to the real dtype of `dtype` (a 64-bit value
+    would promote a 32-bit solve), with info {"diag_shift": value}."""
+    if not callable(diag_shift):
+        return diag_shift, {}
+    value = jnp.asarray(diag_shift(step), jnp.finfo(dtype).dtype)
+    return value, {"diag_shift": value}
 
 
 class Jacobian(NamedTuple):
@@ -335,18 +378,22 @@ def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxit
     return x, state, {"cg_iters": iters, "cg_residual": residual}
 
 
-def sr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, tol=None, maxiter=1000,
+def sr_update(jac: Jacobian, eps_S, mode, state, step=0, *, diag_shift, solver, tol=None, maxiter=1000,
               recycle_every=20):
     """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F.
 
     The cg solver carries a `CGState` (`sr`'s init decides, resolving "auto" from the number
-    of parameters); the dense solvers carry nothing.
+    of parameters); the dense solvers carry nothing. `diag_shift`: a number, or a schedule
+    read at `step`.
     """
     if isinstance(state, CGState):
-        return _cg_solve(jac, eps_S, mode, state, diag_shift, tol, maxiter, recycle_every)
+        shift, shown = shift_at(diag_shift, step, state.x0.dtype)
+        x, state, info = _cg_solve(jac, eps_S, mode, state, shift, tol, maxiter, recycle_every)
+        return x, state, {**info, **shown}
     # The force from the matrix just built, not from another pass over the samples.
     S, F = _gram_and_force(jac.dense(), eps_S, mode, jac.n_chains)
-    return _solve_psd(_shifted(S, diag_shift), F, solver), state, {}
+    shift, shown = shift_at(diag_shift, step, S.dtype)
+    return _solve_psd(_shifted(S, shift), F, solver), state, shown
 
 
 def minsr_update(jac: Jacobian, eps_S, mode, *, diag_shift, solver):
@@ -358,6 +405,12 @@ def minsr_update(jac: Jacobian, eps_S, mode, *, diag_shift, solver):
     # Sample-space matrix Obar^T conj(Obar) = conj(conj(Obar)^T Obar): a Gram of the transpose.
     T = jnp.conj(_hermitian_gram(Obar_PxS.T))
     return 2.0 * (jnp.conj(Obar_PxS) @ _solve_psd(_shifted(T, diag_shift), eps_S, solver))
+
+
+def _number_or_schedule(diag_shift):
+    """diag_shift as a float (zero or positive), or a schedule as it is (checked by
+    runner.schedules when built from the config)."""
+    return diag_shift if callable(diag_shift) else require_number("diag_shift", diag_shift, nonnegative=True)
 
 
 def none() -> Preconditioner:
@@ -374,8 +427,9 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
     `cg_maxiter` iterations, preconditioned
     with `cg_recycle_rank` approximate top eigenvectors of S refreshed every `cg_recycle_every`
     steps (rank 0: plain CG); cheaper for many parameters and never forms O), or auto
-    (cholesky up to AUTO_DENSE_MAX_PARAMS parameters, cg above)."""
-    require_number("diag_shift", diag_shift, nonnegative=True)
+    (cholesky up to AUTO_DENSE_MAX_PARAMS parameters, cg above). `diag_shift`: a number, or a
+    schedule (a function of the VMC step, e.g. an optax schedule; runner.schedules)."""
+    diag_shift = _number_or_schedule(diag_shift)
     require_choice("solver", solver, SOLVERS)
     if cg_tol is not None:
         require_number("cg_tol", cg_tol, positive=True)
@@ -398,12 +452,18 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
                        jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
     return Preconditioner(init, functools.partial(
-        sr_update, diag_shift=float(diag_shift), solver=solver, tol=cg_tol, maxiter=cg_maxiter,
+        sr_update, diag_shift=diag_shift, solver=solver, tol=cg_tol, maxiter=cg_maxiter,
         recycle_every=cg_recycle_every))
 
 
 def minsr(diag_shift: float = 0.01, solver: str = "cholesky") -> Preconditioner:
-    """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh."""
-    require_number("diag_shift", diag_shift, nonnegative=True)
+    """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh.
+    `diag_shift`: a number, or a schedule (a function of the VMC step; runner.schedules)."""
+    diag_shift = _number_or_schedule(diag_shift)
     require_choice("solver", solver, ("cholesky", "eigh"))
-    return stateless(functools.partial(minsr_update, diag_shift=float(diag_shift), solver=solver))
+
+    def update(jac, eps_S, mode, state, step=0):
+        shift, shown = shift_at(diag_shift, step, eps_S.dtype)
+        return minsr_update(jac, eps_S, mode, diag_shift=shift, solver=solver), state, shown
+
+    return Preconditioner(lambda flat: (), update)

@@ -46,6 +46,9 @@ class Problem:
         chunk_size: evaluate local energies, log-derivatives and SR's products with them
             (CG) on at most this many samples at a time (a multiple of n_chains), or None for
             all at once.
+        learning_rate: the optimizer's learning-rate schedule (a function of the step, which
+            optax reads from its own count, equal to the VMC step), reported in the metrics;
+            None when the learning rate is a number.
     """
 
     hamiltonian: Hamiltonian
@@ -54,6 +57,7 @@ class Problem:
     optimizer: optax.GradientTransformation
     precondition: Preconditioner
     chunk_size: int | None = None
+    learning_rate: Any = None
 
     def logpsi(self, params, sigma_xN):
         return self.model.apply({"params": params}, sigma_xN)
@@ -142,10 +146,14 @@ def map_over_samples(fn, sigma_CxTxN, chunk_per_chain):
 
 
 def local_energies(problem: Problem, params, sigma_CxTxN):
-    """E_loc for every sample, [C, T]."""
+    """E_loc for every sample, [C, T], in the parameters' precision (32-bit parameters under
+    x64, i.e. mixed precision, would otherwise get 64-bit E_loc from the 64-bit matrix elements)."""
     e_loc = functools.partial(local_energy, problem.hamiltonian, problem.logpsi, params,
                               ratio_fn=ratio_of(problem.model))
-    return map_over_samples(jax.vmap(jax.vmap(e_loc)), sigma_CxTxN, problem.chunk_per_chain)
+    eloc_CxT = map_over_samples(jax.vmap(jax.vmap(e_loc)), sigma_CxTxN, problem.chunk_per_chain)
+    real = jnp.finfo(jax.tree_util.tree_leaves(params)[0].dtype).dtype
+    return eloc_CxT.astype(jnp.promote_types(real, jnp.float32) if jnp.isrealobj(eloc_CxT)
+                           else jnp.promote_types(real, jnp.complex64))
 
 
 def _flat_logpsi(problem: Problem, params, mode):
@@ -261,10 +269,11 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
     )
 
 
-def energy_and_update(problem: Problem, params, sigma_CxTxN, solver):
+def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0):
     """Statistics of E_loc, the preconditioned gradient as a parameter pytree, the
     preconditioner's next state (`solver`: its state from the previous step) and its info
     (a dict of scalars for the metrics: CG's iterations and residual; {} for direct solvers).
+    `step`: the VMC step, which a diag_shift schedule reads.
 
     Gradient convention (NetKet 3.23's, so learning rates transfer): dE/dtheta = 2 Re<O* (E_loc - E)>
     for real parameters; dE/dx + i dE/dy = 2 <O* (E_loc - E)> for complex z = x + i y, so a
@@ -276,7 +285,8 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, solver):
     jac = jacobian(problem, params, sigma_CxTxN, mode)
     n_samples = eloc_CxT.size
     eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
-    solution_P, solver, info = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver)
+    solution_P, solver, info = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver,
+                                                           step)
     flat, unravel = ravel_pytree(params)
     # In split coordinates the solution is (dE/dx, dE/dy); the update is dE/dx + i dE/dy.
     update_P = from_split(solution_P) if mode == "split" else solution_P
@@ -297,7 +307,9 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
     chains, sigma_CxTxN, acceptance = sample(
         problem.sampler, problem.amplitude, state.params, state.chains
     )
-    stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver)
+    stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step)
+    if problem.learning_rate is not None:  # a schedule: the value this step's update uses, for the metrics
+        info = {**info, "learning_rate": problem.learning_rate(state.step)}
     observed = observe(state.params, sigma_CxTxN, state.step) if observe is not None else {}
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
