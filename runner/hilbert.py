@@ -163,7 +163,7 @@ def _site_of(points_MxD, vectors, basis, extents, pbc, tol=1e-6):
         if pbc:
             cell_MxD %= extent
         inside = (miss < tol) & np.all((cell_MxD >= 0) & (cell_MxD < extent), axis=-1)
-        flat = np.ravel_multi_index(tuple(np.clip(cell_MxD, 0, extent - 1).T), extents) if len(extents) else 0
+        flat = np.ravel_multi_index(tuple(np.clip(cell_MxD, 0, extent - 1).T), extents)
         found = np.where(inside, flat * len(basis) + b, found)
     return found
 
