@@ -42,7 +42,7 @@ class CNN(nn.Module):
     depth: int = 2
     """Number of convolution layers (the first, plus depth - 1 residual ones)."""
     symmetries: str = "none"
-    """Symmetry projection on top: none or translations (see `models.symmetrize`)."""
+    """Symmetry projection on top: none, translations or lattice (the space group; see `models.symmetrize`)."""
     parity: int | None = None
     """Spin-flip parity of the projected state: null (none), 1 or -1. (No momentum key: log psi is
     translation invariant already, and its projection onto any q != 0 vanishes.)"""

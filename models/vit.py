@@ -51,7 +51,7 @@ class ViT(nn.Module):
     n_layers: int = 1
     """Encoder layers."""
     symmetries: str = "none"
-    """Symmetry projection on top: none or translations (see `models.symmetrize`)."""
+    """Symmetry projection on top: none, translations or lattice (the space group; see `models.symmetrize`)."""
     parity: int | None = None
     """Spin-flip parity of the projected state: null (none), 1 or -1."""
     momentum: Any = None
