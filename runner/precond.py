@@ -29,7 +29,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from runner.errors import require_choice, require_int, require_number
+from runner.errors import ConfigError, require_choice, require_int, require_number
 
 SOLVERS = ("auto", "cholesky", "eigh", "cg")
 # solver "auto": dense Cholesky up to this many parameters, conjugate gradients above. Dense
@@ -125,7 +125,9 @@ class Jacobian(NamedTuple):
         a complex log psi both act on real sample vectors (Re; Im) of length 2 N_s;
     to_samples: eps_S -> eps in the coordinates of matvec's output;
     n_chains: the dense solvers sum over samples chain by chain in this fixed order, so their
-        result does not depend on how the chains are spread over devices.
+        result does not depend on how the chains are spread over devices;
+    chunks: Obar chunk by chunk for the sample-space solver (`SampleChunks`), or None (then
+        it takes `dense` as one chunk).
     """
 
     dense: Callable
@@ -133,16 +135,31 @@ class Jacobian(NamedTuple):
     rmatvec: Callable
     to_samples: Callable
     n_chains: int = 1
+    chunks: "SampleChunks | None" = None
 
 
-def from_products(dense, apply, apply_T, out_dtype, n_samples, mode, n_chains=1) -> Jacobian:
+class SampleChunks(NamedTuple):
+    """Obar as n chunks of rows (samples first), each made when asked, for building minSR's
+    sample-space kernel without holding all of Obar.
+
+    n: the number of chunks; chunk k holds samples k t .. (k + 1) t - 1 of every chain;
+    start: () -> rows, rows: k (an int, may be traced) -> chunk k of Obar^T, [C, t, P] (complex
+        when log psi is, in every mode). `start` computes what every chunk needs (the mean of
+        O over all samples) where it is called: call it once, outside any loop over chunks.
+    """
+
+    n: int
+    start: Callable
+
+
+def from_products(dense, apply, apply_T, out_dtype, n_samples, mode, n_chains=1, chunks=None) -> Jacobian:
     """A Jacobian from a linear map v_P -> Obar v [N_s] (`apply`, of dtype `out_dtype`) and its
     linear transpose w -> Obar^T w (`apply_T`, no conjugation), in the conventions of `mode`."""
     if mode == "holomorphic":
         # Obar^H w = conj(Obar^T conj(w)).
-        return Jacobian(dense, apply, lambda w: jnp.conj(apply_T(jnp.conj(w))), lambda e: e, n_chains)
+        return Jacobian(dense, apply, lambda w: jnp.conj(apply_T(jnp.conj(w))), lambda e: e, n_chains, chunks)
     if not jnp.issubdtype(out_dtype, jnp.complexfloating):
-        return Jacobian(dense, apply, lambda w: jnp.real(apply_T(w)), jnp.real, n_chains)
+        return Jacobian(dense, apply, lambda w: jnp.real(apply_T(w)), jnp.real, n_chains, chunks)
     # Real parameters, complex log psi: samples in real coordinates (Re; Im). For real v,
     # Re(Obar^T (w_re - i w_im)) = Re(Obar)^T w_re + Im(Obar)^T w_im.
     stack = lambda y: jnp.concatenate([jnp.real(y), jnp.imag(y)])  # noqa: E731
@@ -152,6 +169,7 @@ def from_products(dense, apply, apply_T, out_dtype, n_samples, mode, n_chains=1)
         lambda w: jnp.real(apply_T((w[:n_samples] - 1j * w[n_samples:]).astype(out_dtype))),
         lambda e: stack(e.astype(out_dtype)),
         n_chains,
+        chunks,
     )
 
 
@@ -396,15 +414,115 @@ def sr_update(jac: Jacobian, eps_S, mode, state, step=0, *, diag_shift, solver, 
     return _solve_psd(_shifted(S, shift), F, solver), state, shown
 
 
-def minsr_update(jac: Jacobian, eps_S, mode, *, diag_shift, solver):
-    """minSR: the SR solution computed in sample space, x = A^H (A A^H + diag_shift)^-1 b."""
-    Obar_PxS = jac.dense()
-    if mode == "real":
-        A, b = _split_samples(Obar_PxS, eps_S)
-        return 2.0 * (A @ _solve_psd(_shifted(A.T @ A, diag_shift), b, solver))
-    # Sample-space matrix Obar^T conj(Obar) = conj(conj(Obar)^T Obar): a Gram of the transpose.
-    T = jnp.conj(_hermitian_gram(Obar_PxS.T))
-    return 2.0 * (jnp.conj(Obar_PxS) @ _solve_psd(_shifted(T, diag_shift), eps_S, solver))
+def _chunks_of(jac: Jacobian) -> SampleChunks:
+    """The Jacobian's chunks, or its dense matrix as one chunk."""
+    if jac.chunks is not None:
+        return jac.chunks
+
+    def start():
+        Obar_PxS = jac.dense()
+        rows_CxTxP = Obar_PxS.T.reshape(jac.n_chains, Obar_PxS.shape[1] // jac.n_chains, Obar_PxS.shape[0])
+        return lambda k: rows_CxTxP
+
+    return SampleChunks(1, start)
+
+
+def _kernel_rows(Obar_CxtxP, mode):
+    """A chunk's rows of the sample-space problem's matrix A (A^H A = S), chain-major [C G t, P]:
+    in mode "real" with a complex log psi each chain's real parts, then its imaginary parts
+    (G = 2: the real problem with twice the samples); else Obar's rows as they are (G = 1)."""
+    if mode == "real" and jnp.iscomplexobj(Obar_CxtxP):
+        Obar_CxtxP = jnp.stack([jnp.real(Obar_CxtxP), jnp.imag(Obar_CxtxP)], axis=1)
+    return Obar_CxtxP.reshape(-1, Obar_CxtxP.shape[-1])
+
+
+def _kernel_block(R_axP, R_bxP):
+    """R_a R_b^H [a, b]: complex blocks from four real products (faster than XLA's complex
+    product on CPU). Each product has R_b's rows as its columns, whole on every device: XLA's
+    CPU products give the same bits for any split of the rows of R_a (not for a split of the
+    columns), which makes the kernel the same on every layout."""
+    if not jnp.iscomplexobj(R_axP):
+        return R_axP @ R_bxP.T
+    ar, ai, br, bi = jnp.real(R_axP), jnp.imag(R_axP), jnp.real(R_bxP), jnp.imag(R_bxP)
+    return jax.lax.complex(ar @ br.T + ai @ bi.T, ai @ br.T - ar @ bi.T)
+
+
+def sample_kernel(chunks: SampleChunks, mode):
+    """minSR's kernel T = A A^H [Q, Q] (Q = G N_s; G as in `_kernel_rows`), built block by block
+    from the chunks of Obar, in kernel order: chunk, chain, G, sample of the chunk.
+
+    Only two chunks are held at a time (memory: 2 chunk_size x P, plus T): the outer loop makes
+    chunk a once, the inner one makes each later chunk b again, and T's lower blocks are the
+    conjugate transposes of the upper ones (half the products). Compiled under a mesh, each
+    device makes the rows of its own chains, then chunk b alone is gathered onto every device
+    (never the whole Obar) and each device multiplies its rows of a with it; T is gathered
+    (replicated) for the solve.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        spread = whole = lambda x: x  # noqa: E731
+    else:
+        spread = lambda x: jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec(mesh.axis_names))  # noqa: E731
+        whole = lambda x: jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec())  # noqa: E731
+    rows = chunks.start()
+    chunk_rows = lambda k: spread(_kernel_rows(rows(k), mode))  # noqa: E731
+    if chunks.n == 1:
+        R_QxP = chunk_rows(0)
+        return whole(_kernel_block(R_QxP, whole(R_QxP)))
+    R_shape = jax.eval_shape(chunk_rows, 0)
+    Q, dtype = R_shape.shape[0], R_shape.dtype
+    T_nQxnQ = whole(jnp.zeros((chunks.n, Q, chunks.n, Q), dtype))
+
+    def outer(a, T):
+        R_a = chunk_rows(a)
+        T = T.at[a, :, a].set(whole(_kernel_block(R_a, whole(R_a))))
+
+        def inner(b, T):
+            B_QxQ = whole(_kernel_block(R_a, whole(chunk_rows(b))))
+            return T.at[a, :, b].set(B_QxQ).at[b, :, a].set(jnp.conj(B_QxQ.T))
+
+        return jax.lax.fori_loop(a + 1, chunks.n, inner, T)
+
+    T_nQxnQ = jax.lax.fori_loop(0, chunks.n, outer, T_nQxnQ)
+    return T_nQxnQ.reshape(chunks.n * Q, chunks.n * Q)
+
+
+def _kernel_order(shape, inverse=False):
+    """Permutes sample vectors between the Jacobian's coordinates (G, chain, sample of the
+    chain; `to_samples`) and `sample_kernel`'s (chunk, chain, G, sample of the chunk)."""
+    n, C, G, t = shape
+    if inverse:
+        return lambda y: y.reshape(n, C, G, t).transpose(2, 1, 0, 3).reshape(-1)
+    return lambda v: v.reshape(G, C, n, t).transpose(2, 1, 0, 3).reshape(-1)
+
+
+def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momentum=0.0):
+    """minSR: the SR solution in sample space, x = A^H (A A^H + diag_shift)^-1 b, with the
+    kernel A A^H built chunk by chunk (`sample_kernel`) and x = A^H y by the Jacobian's
+    products (per-chain sums in a fixed order).
+
+    With `momentum` mu > 0, SPRING (Goldshlager, Abrahamsen, Lin, J. Comput. Phys. 2024):
+    x_k = A^+ (b - mu A x_{k-1}) + mu x_{k-1}, A^+ = A^H (A A^H + diag_shift + 1 1^T / N_s)^-1,
+    `state` the previous x; the 1 1^T / N_s (one per real sample group) lifts the kernel's null
+    direction of centred derivatives and changes nothing in exact arithmetic.
+
+    Returns:
+        (x [P], next state).
+    """
+    chunks = _chunks_of(jac)
+    b = jac.to_samples(eps_S)
+    C, t, _ = jax.eval_shape(lambda: chunks.start()(0)).shape
+    n_samples = C * t * chunks.n
+    shape = (chunks.n, C, b.shape[0] // n_samples, t)
+    to_kernel, from_kernel = _kernel_order(shape), _kernel_order(shape, inverse=True)
+    T_QxQ = _shifted(sample_kernel(chunks, mode), diag_shift)
+    if not momentum:
+        return 2.0 * jac.rmatvec(from_kernel(_solve_psd(T_QxQ, to_kernel(b), solver))), state
+    group_Q = jnp.broadcast_to(jnp.arange(shape[2])[:, None], shape).reshape(-1)
+    ones_QxQ = (group_Q[:, None] == group_Q[None, :]).astype(T_QxQ.dtype) / n_samples
+    r = 2.0 * b - momentum * jac.matvec(state)
+    x = jac.rmatvec(from_kernel(_solve_psd(T_QxQ + ones_QxQ, to_kernel(r), solver))) + momentum * state
+    return x, x
 
 
 def _number_or_schedule(diag_shift):
@@ -456,14 +574,23 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
         recycle_every=cg_recycle_every))
 
 
-def minsr(diag_shift: float = 0.01, solver: str = "cholesky") -> Preconditioner:
+def minsr(diag_shift: float = 0.01, solver: str = "cholesky", momentum: float = 0.0) -> Preconditioner:
     """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh.
+    `momentum`: SPRING's mu in [0, 1) (0: plain minSR; see `minsr_update`).
     `diag_shift`: a number, or a schedule (a function of the VMC step; runner.schedules)."""
     diag_shift = _number_or_schedule(diag_shift)
     require_choice("solver", solver, ("cholesky", "eigh"))
 
+    require_number("momentum", momentum, nonnegative=True)
+    if not momentum < 1:
+        raise ConfigError("momentum", f"must be below 1 (got {momentum})")
+
+    def init(flat):  # SPRING carries the previous update
+        return jnp.zeros(flat.shape, flat.dtype) if momentum else ()
+
     def update(jac, eps_S, mode, state, step=0):
         shift, shown = shift_at(diag_shift, step, eps_S.dtype)
-        return minsr_update(jac, eps_S, mode, diag_shift=shift, solver=solver), state, shown
+        x, state = minsr_update(jac, eps_S, mode, state, diag_shift=shift, solver=solver, momentum=float(momentum))
+        return x, state, shown
 
-    return Preconditioner(lambda flat: (), update)
+    return Preconditioner(init, update)

@@ -18,7 +18,7 @@ from jax.flatten_util import ravel_pytree
 
 from models import fast_paths
 from runner.operators import Hamiltonian, local_energy
-from runner.precond import Jacobian, Preconditioner, from_products
+from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
 from runner.stats import chain_mean, chain_sum, statistics
 
@@ -176,18 +176,23 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     mode "holomorphic": complex theta, O = d log psi / dz;
     mode "split": complex theta of a non-holomorphic model, as the real vector (Re z, Im z).
     """
+    return map_over_samples(
+        _per_sample_derivatives(problem, params, mode, sigma_CxTxN[0, 0]), sigma_CxTxN, problem.chunk_per_chain
+    )
+
+
+def _per_sample_derivatives(problem: Problem, params, mode, sigma_N):
+    """sigma [C, t, N] -> O [C, t, P] (see `log_derivatives`), for blocks of samples like sigma_N."""
     flat, _, f = _flat_logpsi(problem, params, mode)
     if mode == "holomorphic":
         grad = jax.grad(f, holomorphic=True)
-    elif jnp.iscomplexobj(jax.eval_shape(f, flat, sigma_CxTxN[0, 0])):
+    elif jnp.iscomplexobj(jax.eval_shape(f, flat, sigma_N)):
         re, im = jax.grad(lambda v, s: jnp.real(f(v, s))), jax.grad(lambda v, s: jnp.imag(f(v, s)))
         grad = lambda v, s: re(v, s) + 1j * im(v, s)  # noqa: E731
     else:
         grad = jax.grad(f)
     per_sample = jax.vmap(jax.vmap(grad, in_axes=(None, 0)), in_axes=(None, 0))
-    return map_over_samples(
-        lambda s: per_sample(flat, s), sigma_CxTxN, problem.chunk_per_chain
-    )
+    return lambda sigma_CxtxN: per_sample(flat, sigma_CxtxN)
 
 
 def _accumulate_over_samples(fn, sigma_CxTxN, w_CxT, chunk_per_chain):
@@ -235,7 +240,8 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
     products are bitwise the same on every layout. With `chunk_size` the products go
     `chunk_per_chain` samples of every chain at a time, recomputing what they share for each
     chunk (memory bounded by the chunk; the transpose adds the chunks' partials in order);
-    without, that is computed once for the whole batch.
+    without, that is computed once for the whole batch. The same chunks give minSR Obar
+    chunk by chunk (`SampleChunks`, made again each time one is asked for).
     """
     C, T = sigma_CxTxN.shape[:2]
     n_samples = C * T
@@ -265,8 +271,34 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
         dense,
         lambda v: centre(jvp_CxT(v)).reshape(n_samples),
         lambda w: chain_sum(transpose_CxP(centre(w.reshape(C, T)))),
-        out_dtype, n_samples, mode, n_chains=C,
+        out_dtype, n_samples, mode, n_chains=C, chunks=_sample_chunks(problem, params, sigma_CxTxN, mode),
     )
+
+
+def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode) -> SampleChunks:
+    """Obar in chunks of `chunk_per_chain` samples of every chain (one chunk without
+    chunk_size), for minSR's kernel: O of a chunk is made when it is asked for, centred with
+    the mean over all samples, which `start` computes in a first pass over the chunks."""
+    C, T = sigma_CxTxN.shape[:2]
+    n_samples = C * T
+    derivatives = _per_sample_derivatives(problem, params, mode, sigma_CxTxN[0, 0])
+    chunk = problem.chunk_per_chain
+    if chunk is None or chunk >= T:
+        def start():
+            O_CxTxP = derivatives(sigma_CxTxN)
+            Obar_CxTxP = (O_CxTxP - chain_mean(O_CxTxP)) / jnp.sqrt(n_samples)
+            return lambda k: Obar_CxTxP
+
+        return SampleChunks(1, start)
+
+    def start():
+        sum_CxP = _accumulate_over_samples(lambda s, _: jnp.sum(derivatives(s), axis=1), sigma_CxTxN,
+                                           jnp.zeros((C, T)), chunk)
+        mean_P = chain_sum(sum_CxP) / n_samples
+        return lambda k: (derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1))
+                          - mean_P) / jnp.sqrt(n_samples)
+
+    return SampleChunks(T // chunk, start)
 
 
 def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0):

@@ -31,10 +31,10 @@ CASES = {
     "heis_real_local_mlp_adam": ["hilbert.L=6", "hamiltonian=heisenberg", "model=mlp", "model.hidden=[6]",
                                  "optimizer=adam", "preconditioner=none"],
 }
-# Layouts agree bitwise except: minSR's sample-space solve and products are not reordered per
-# chain; the MLP's local energies (full evaluations of the connected configurations) differ in
-# the last bit on 4 devices (1e-14), although its log psi of the samples does not.
-NOT_BITWISE = ("heis_complex_exchange_minsr", "heis_real_local_mlp_adam")
+# Layouts agree bitwise except: the MLP's local energies (full evaluations of the connected
+# configurations) differ in the last bit on 4 devices (1e-14), although its log psi of the
+# samples does not.
+NOT_BITWISE = ("heis_real_local_mlp_adam",)
 COMMON = ["sampler.n_samples=256", "sampler.n_chains=8", "n_iter=8", "final_rounds=1", "exact=false"]
 
 
@@ -215,10 +215,7 @@ def test_energy_gradient_and_update_on_sharded_samples(name):
     stats_4, grads_4 = f(jax.device_put(state.params, layout.replicated), sharded)
     assert len(sharded.sharding.device_set) == 4
     for a, b in zip(jax.tree_util.tree_leaves((stats_4, grads_4)), jax.tree_util.tree_leaves((stats_1, grads_1))):
-        if name == "heis_complex_exchange_minsr":  # minSR's sample-space solve is not reordered
-            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
-        else:
-            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, b)
 
 
 def test_output_shardings_of_the_step():
