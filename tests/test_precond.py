@@ -137,3 +137,198 @@ def test_cg_refreshes_its_basis_when_deflation_stops_paying(last_iters, refreshe
     else:
         assert int(new.age) == 6 and int(new.plain_iters) == 10
         assert float(jnp.abs(new.basis).sum()) == 0  # the (empty) basis kept
+
+
+# --- minSR: the sample-space kernel built in chunks, and SPRING's momentum ------------------
+# Modes of the sample-space problem: real parameters with a real or a complex log psi (then A
+# stacks the real and imaginary parts: twice the samples), and holomorphic.
+MINSR_MODES = {"real": ("real", "real"), "real_complex_logpsi": ("holomorphic", "real"),
+               "holomorphic": ("holomorphic", "holomorphic")}
+
+
+def _centred_jacobian(seed, n_params, n_samples, kind):
+    """A random Obar and eps, centred over the samples as the VMC core's are."""
+    Obar, eps = _random_jacobian(seed, n_params, n_samples, MINSR_MODES[kind][0])
+    return Obar - Obar.mean(axis=1, keepdims=True), eps - eps.mean()
+
+
+def _chunked(Obar_PxS, mode, n_chains, n_chunks):
+    """A Jacobian of the dense Obar whose sample-space kernel is built from `n_chunks` chunks."""
+    P, S = Obar_PxS.shape
+    t = S // n_chains // n_chunks
+    rows_CxTxP = Obar_PxS.T.reshape(n_chains, S // n_chains, P)
+    chunks = precond.SampleChunks(
+        n_chunks, lambda: lambda k: jax.lax.dynamic_slice_in_dim(rows_CxTxP, k * t, t, axis=1))
+    return precond.from_dense(Obar_PxS, mode)._replace(n_chains=n_chains, chunks=chunks)
+
+
+def _minsr_reference(Obar_PxS, eps_S, mode, diag_shift, momentum=0.0, previous=None):
+    """x = A^+ (2 b - mu A x_prev) + mu x_prev in NumPy, with A the sample-space matrix of
+    `mode` (rows: samples; real and imaginary parts stacked for real parameters and complex
+    Obar), b the matching eps and A^+ = A^H (A A^H + diag_shift + [mu > 0] 1 1^T / N_s)^-1,
+    one 1 1^T block per group of real samples (SPRING's regularisation)."""
+    O_SxP, e_S = np.asarray(Obar_PxS).T, np.asarray(eps_S)
+    n_samples = O_SxP.shape[0]
+    if mode == "real" and np.iscomplexobj(O_SxP):
+        A, b = np.concatenate([O_SxP.real, O_SxP.imag]), np.concatenate([e_S.real, e_S.imag])
+    elif mode == "real":
+        A, b = O_SxP, e_S.real
+    else:
+        A, b = O_SxP, e_S
+    K = A @ A.conj().T + diag_shift * np.eye(A.shape[0])
+    if momentum:
+        for g in range(A.shape[0] // n_samples):
+            K[g * n_samples:(g + 1) * n_samples, g * n_samples:(g + 1) * n_samples] += 1.0 / n_samples
+    previous = np.zeros(A.shape[1], A.dtype) if previous is None else np.asarray(previous)
+    return A.conj().T @ np.linalg.solve(K, 2.0 * b - momentum * (A @ previous)) + momentum * previous
+
+
+def _close(x, expected, rtol):
+    np.testing.assert_allclose(np.asarray(x), expected, rtol=0, atol=rtol * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("kind", sorted(MINSR_MODES))
+def test_chunked_minsr_equals_one_chunk_dense_minsr_and_sr(kind):
+    """The kernel from 2 or 4 chunks (of 8 chains) gives the one-chunk solution to 1e-12, both
+    equal the dense formula, and with fewer parameters than samples parameter-space SR at the
+    same diag_shift: (A^H A + l)^-1 A^H = A^H (A A^H + l)^-1."""
+    mode = MINSR_MODES[kind][1]
+    minsr = precond.minsr(diag_shift=0.01)
+    for n_params, n_samples in ((40, 96), (300, 48)):
+        Obar, eps = _centred_jacobian(7, n_params, n_samples, kind)
+        one = jax.jit(lambda O, e: minsr(_chunked(O, mode, 8, 1), e, mode))(Obar, eps)
+        for n_chunks in (2, 4) if n_samples % 32 == 0 else (2, 3):
+            _close(jax.jit(lambda O, e: minsr(_chunked(O, mode, 8, n_chunks), e, mode))(Obar, eps), one, 1e-12)
+        _close(one, _minsr_reference(Obar, eps, mode, 0.01), 1e-10)
+        # A Jacobian without chunks: its dense matrix as one chunk.
+        _close(minsr(precond.from_dense(Obar, mode), eps, mode), one, 1e-12)
+        if n_params < n_samples:
+            _close(precond.sr(diag_shift=0.01, solver="cholesky")(precond.from_dense(Obar, mode), eps, mode), one, 1e-10)
+
+
+# One case per mode: real parameters and log psi; complex holomorphic; real parameters with a
+# complex log psi (the ViT).
+MODEL_CASES = {
+    "rbm_real": ["hilbert.L=8", "model=rbm"],
+    "rbm_holomorphic": ["hilbert.L=8", "model=rbm", "dtype=complex128", "hamiltonian=heisenberg",
+                        "hilbert.total_sz=0", "sampler=metropolis_exchange"],
+    "vit_real_params_complex_logpsi": ["hilbert.L=6", "model=vit"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODEL_CASES))
+def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
+    """vmc.jacobian's chunks (O made again per chunk, centred with the mean of a first pass)
+    give the solution of the dense Jacobian's formula, with and without chunk_size."""
+    import dataclasses
+
+    from runner.build import build
+    from runner.sampler import sample
+    from runner.vmc import gradient_mode, init_state, jacobian
+    from tests.test_config import compose_config
+
+    experiment = build(compose_config([*MODEL_CASES[case], "preconditioner=minsr", "sampler.n_samples=64",
+                                       "sampler.n_chains=8", "exact=false"]))
+    problem = experiment.problem
+    state = init_state(problem, 0, jnp.ones((experiment.hilbert.n_sites,), jnp.int8))
+    _, sigma, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
+    mode = gradient_mode(state.params, problem.model)
+    solve_mode = "real" if mode == "split" else mode
+    Obar = jax.jit(lambda params, s: jacobian(problem, params, s, mode).dense())(state.params, sigma)
+    assert Obar.shape[0] > 64  # more parameters than samples
+    e = jax.random.normal(jax.random.PRNGKey(2), (64,)) / 8
+    e = e * (1 + 0.5j) if jnp.iscomplexobj(Obar) else e
+    solutions = {}
+    for chunk in (None, 16):
+        p = dataclasses.replace(problem, chunk_size=chunk)
+        solutions[chunk] = jax.jit(lambda params, s, e: p.precondition(jacobian(p, params, s, mode), e, solve_mode))(
+            state.params, sigma, e)
+    _close(solutions[16], np.asarray(solutions[None]), 1e-12)
+    _close(solutions[None], _minsr_reference(Obar, e, solve_mode, 0.01), 1e-9)
+
+
+def test_chunked_minsr_memory_is_bounded_by_the_chunk():
+    """Compiled temporary memory of one minSR solve for an RBM with P = 21,348 parameters and
+    S = 2,048 samples (nothing runs): with chunk_size = 256 it stays within 4 x chunk_size x P
+    numbers plus 4 kernels (S x S), below a third of the unchunked solve, which holds O."""
+    import dataclasses
+
+    from runner.build import build
+    from runner.vmc import init_state, jacobian
+    from tests.test_config import compose_config
+
+    experiment = build(compose_config(["hilbert.L=36", "model.alpha=16", "preconditioner=minsr",
+                                       "sampler.n_samples=2048", "sampler.n_chains=16", "exact=false"]))
+    problem = experiment.problem
+    state = jax.eval_shape(lambda: init_state(problem, 0, jnp.ones((36,), jnp.int8)))
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    sigma = jax.ShapeDtypeStruct((16, 128, 36), jnp.int8)
+    eps = jax.ShapeDtypeStruct((2048,), jnp.float64)
+    temp = {}
+    for chunk in (None, 256):
+        p = dataclasses.replace(problem, chunk_size=chunk)
+        solve = jax.jit(lambda params, s, e: p.precondition(jacobian(p, params, s, "real"), e, "real"))
+        temp[chunk] = solve.lower(state.params, sigma, eps).compile().memory_analysis().temp_size_in_bytes
+    assert n_params == 21348
+    assert temp[None] > 2048 * n_params * 8  # O itself
+    assert temp[256] <= 4 * 256 * n_params * 8 + 4 * 2048**2 * 8
+    assert temp[256] < temp[None] / 3
+
+
+@pytest.mark.parametrize("kind", sorted(MINSR_MODES))
+def test_spring_two_steps_match_the_formula(kind):
+    """SPRING with mu = 0.8: two consecutive steps (the second from the first's state, its
+    kernel in 2 chunks) equal x_k = A^+ (2 eps - mu A x_{k-1}) + mu x_{k-1} from NumPy."""
+    mode = MINSR_MODES[kind][1]
+    spring = precond.minsr(diag_shift=0.01, momentum=0.8)
+    (O1, e1), (O2, e2) = _centred_jacobian(11, 120, 48, kind), _centred_jacobian(12, 120, 48, kind)
+    x_dtype = O1.dtype if mode == "holomorphic" else O1.real.dtype
+    state = spring.init(jnp.zeros(120, x_dtype))
+    x1, state, _ = jax.jit(lambda O, e, s: spring.update(_chunked(O, mode, 8, 1), e, mode, s))(O1, e1, state)
+    np.testing.assert_array_equal(state, x1)  # the state is the update
+    x2, state, _ = jax.jit(lambda O, e, s: spring.update(_chunked(O, mode, 8, 2), e, mode, s))(O2, e2, state)
+    ref1 = _minsr_reference(O1, e1, mode, 0.01, momentum=0.8)
+    ref2 = _minsr_reference(O2, e2, mode, 0.01, momentum=0.8, previous=ref1)
+    _close(x1, ref1, 1e-10)
+    _close(x2, ref2, 1e-10)
+    # The momentum matters, and without it minSR carries no state.
+    plain = precond.minsr(diag_shift=0.01, momentum=0.0)
+    assert plain.init(jnp.zeros(120, x_dtype)) == ()
+    assert np.abs(np.asarray(plain(_chunked(O2, mode, 8, 2), e2, mode)) - ref2).max() > 1e-3 * np.abs(ref2).max()
+
+
+@pytest.mark.parametrize("momentum", [1.0, -0.1, "high"])
+def test_minsr_momentum_is_checked(momentum):
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        precond.minsr(momentum=momentum)
+    assert info.value.key == "momentum"
+
+
+@pytest.mark.slow
+def test_spring_state_survives_checkpoint_and_resume(tmp_path):
+    """A SPRING run stopped after 3 steps and resumed from its checkpoint gives bitwise the
+    same energies and final checkpoint (parameters, chains, the previous update) as a run of 6
+    steps straight through."""
+    import dataclasses
+
+    from runner import app, parallel
+    from runner.build import build
+    from tests.test_config import compose_config
+    from tests.test_parallel import assert_identical_runs, checkpoint_leaves
+
+    experiment = build(compose_config([*MODEL_CASES["rbm_holomorphic"], "preconditioner=minsr",
+                                       "preconditioner.momentum=0.9", "chunk_size=32", "sampler.n_samples=128",
+                                       "sampler.n_chains=8", "n_iter=6", "final_rounds=1", "exact=false",
+                                       "checkpoint_every=100"]))
+    short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=3))
+    layout = parallel.make_mesh("single")
+    app.execute(short, layout, tmp_path / "resumed")
+    # The previous update is the checkpoint's last array (the VMC state's last field).
+    assert list(checkpoint_leaves(tmp_path / "resumed").values())[-1].shape == (
+        sum(x.size for x in jax.tree_util.tree_leaves(short.problem.model.init(
+            jax.random.PRNGKey(0), jnp.ones((8,), jnp.int8))["params"])),)
+    app.execute(experiment, layout, tmp_path / "resumed")
+    app.execute(experiment, layout, tmp_path / "straight")
+    assert_identical_runs(tmp_path / "resumed", tmp_path / "straight")
