@@ -1,0 +1,67 @@
+"""Peak memory and time per VMC step of minSR against chunk_size, P = 21,348 and S = 2,048.
+
+Each setting runs `python -m runner` in a fresh process and reads that process's peak resident
+memory (ru_maxrss from wait4), so compile-time and run-time peaks are both counted. The model:
+an RBM with alpha=16 on a 36-site Ising chain (21,348 real parameters) and 2,048 samples in 16
+chains, where the whole Jacobian O takes 334 MiB and the sample-space kernel 32 MiB. `--repo`
+runs another checkout (e.g. an older commit) for comparison. Prints a markdown table:
+
+    python bench/minsr_memory.py [--chunks none 512 256 128] [--n-iter 2] [--repo PATH]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from memory import machine  # noqa: E402
+
+CASE = ["hilbert=chain", "hilbert.L=36", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "model.alpha=16",
+        "dtype=float64", "sampler=metropolis_local", "sampler.n_samples=2048", "sampler.n_chains=16",
+        "sampler.n_discard_per_chain=5", "preconditioner=minsr", "exact=false", "final_rounds=1",
+        "checkpoint_every=100000"]
+
+
+def run_one(repo, chunk, n_iter):
+    """(peak RSS in MiB, seconds per step, wall seconds, n_params) of one run in a fresh process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, "-m", "runner", *CASE, f"chunk_size={chunk}", f"n_iter={n_iter}", f"hydra.run.dir={tmp}"]
+        start = time.perf_counter()
+        proc = subprocess.Popen(args, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"chunk_size={chunk} failed:\n{out[-3000:]}")
+        summary = json.loads((Path(tmp) / "summary.json").read_text())
+    return usage.ru_maxrss / 1024, summary["seconds_per_iter"], wall, summary["n_params"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", nargs="+", default=["none", "512", "256", "128"])
+    parser.add_argument("--n-iter", type=int, default=2)
+    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout to run (default: this one)")
+    args = parser.parse_args()
+    rows = []
+    for chunk in args.chunks:
+        rss, per_step, wall, n_params = run_one(args.repo, "null" if chunk == "none" else chunk, args.n_iter)
+        rows.append((chunk, rss, per_step, wall))
+        print(f"chunk_size={chunk}: peak RSS {rss:.0f} MiB, {per_step:.2f} s/step", file=sys.stderr, flush=True)
+    print(f"minSR's peak memory against `chunk_size`: RBM alpha=16 on a 36-site Ising chain ({n_params:,} real "
+          f"parameters), 2,048 samples in 16 chains, {args.n_iter} steps, one fresh process per setting "
+          f"({args.repo}). Machine: {machine()}.\n")
+    print("| chunk_size | peak RSS (MiB) | s / step | process wall (s) |")
+    print("|---|---|---|---|")
+    for chunk, rss, per_step, wall in rows:
+        print(f"| {chunk} | {rss:.0f} | {per_step:.2f} | {wall:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
