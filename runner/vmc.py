@@ -17,6 +17,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from models import fast_paths
+from runner import operators
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
@@ -147,13 +148,77 @@ def map_over_samples(fn, sigma_CxTxN, chunk_per_chain):
 
 def local_energies(problem: Problem, params, sigma_CxTxN):
     """E_loc for every sample, [C, T], in the parameters' precision (32-bit parameters under
-    x64, i.e. mixed precision, would otherwise get 64-bit E_loc from the 64-bit matrix elements)."""
-    e_loc = functools.partial(local_energy, problem.hamiltonian, problem.logpsi, params,
-                              ratio_fn=ratio_of(problem.model))
-    eloc_CxT = map_over_samples(jax.vmap(jax.vmap(e_loc)), sigma_CxTxN, problem.chunk_per_chain)
+    x64, i.e. mixed precision, would otherwise get 64-bit E_loc from the 64-bit matrix elements).
+
+    A model without the `LocalRatios` fast path is evaluated only on the connected
+    configurations whose matrix element is nonzero (`nonzero_local_energies`)."""
+    ratio_fn = ratio_of(problem.model)
+    if ratio_fn is None and problem.hamiltonian.n_connected:
+        fn = functools.partial(nonzero_local_energies, problem.hamiltonian, problem.logpsi, params)
+    else:
+        fn = jax.vmap(jax.vmap(functools.partial(local_energy, problem.hamiltonian, problem.logpsi, params,
+                                                 ratio_fn=ratio_fn)))
+    eloc_CxT = map_over_samples(fn, sigma_CxTxN, problem.chunk_per_chain)
     real = jnp.finfo(jax.tree_util.tree_leaves(params)[0].dtype).dtype
     return eloc_CxT.astype(jnp.promote_types(real, jnp.float32) if jnp.isrealobj(eloc_CxT)
                            else jnp.promote_types(real, jnp.complex64))
+
+
+# The nonzero (sample, connected configuration) pairs of a chain are evaluated in blocks of
+# 1/NONZERO_BLOCKS of all its pairs: at most that fraction of the full work is spent on padding,
+# and the model sees C x block configurations at a time (memory bounded by the block).
+NONZERO_BLOCKS = 8
+
+
+def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
+    """E_loc [C, T] as `runner.operators.local_energy` gives it, evaluating log psi only on the
+    connected configurations with a nonzero matrix element.
+
+    In an Sz sector a Heisenberg bond connects only where its two spins differ, so about half
+    of the K flip masks of a sample give a zero element; a generic model's cost is its number of
+    evaluations. Per chain the nonzero pairs (t, k) are packed in (t, k) order and evaluated
+    block after block in a while loop that stops once every chain's pairs are done; the
+    per-pair log psi are then read back into [C, T, K] and summed over k exactly as
+    `local_energy` sums them (zero elements never multiply their ratio).
+
+    Args:
+        ham: the Hamiltonian, with n_connected > 0.
+        logpsi_fn: (params, sigma_xN) -> log psi [...], batched over leading axes.
+        params: model parameters.
+        sigma_CxTxN: samples (int8 spins), C chains of T.
+
+    Returns:
+        E_loc [C, T], complex when log psi or an element is complex.
+    """
+    C, T, N = sigma_CxTxN.shape
+    _, mel_CxTxK, diag_CxT = jax.vmap(jax.vmap(functools.partial(operators.connected, ham)))(sigma_CxTxN)
+    K = mel_CxTxK.shape[-1]
+    M = T * K
+    block = -(-M // NONZERO_BLOCKS)
+    nonzero_CxM = (mel_CxTxK != 0).reshape(C, M)
+    count_C = jnp.sum(nonzero_CxM, axis=1, dtype=jnp.int32)
+    # Nonzero pairs first, each group in increasing (t, k) order; padded to whole blocks.
+    order_CxM = jnp.argsort(~nonzero_CxM, axis=1, stable=True).astype(jnp.int32)
+    order_CxM = jnp.pad(order_CxM, ((0, 0), (0, NONZERO_BLOCKS * block - M)))
+    masks_KxN = jnp.asarray(operators.flip_masks(ham), sigma_CxTxN.dtype)
+    logpsi_CxT = logpsi_fn(params, sigma_CxTxN)
+    n_done = jnp.max(count_C)  # over all chains: the same trip count on every layout
+
+    def evaluate(i, packed_CxM):
+        pair_CxB = jax.lax.dynamic_slice_in_dim(order_CxM, i * block, block, axis=1)
+        sigma_CxBxN = jnp.take_along_axis(sigma_CxTxN, (pair_CxB // K)[..., None], axis=1)
+        logpsi_CxB = logpsi_fn(params, sigma_CxBxN * masks_KxN[pair_CxB % K])
+        return jax.lax.dynamic_update_slice_in_dim(packed_CxM, logpsi_CxB.astype(packed_CxM.dtype), i * block,
+                                                   axis=1)
+
+    packed_CxM = jnp.zeros((C, NONZERO_BLOCKS * block), logpsi_CxT.dtype)
+    _, packed_CxM = jax.lax.while_loop(lambda c: c[0] * block < n_done, lambda c: (c[0] + 1, evaluate(*c)),
+                                       (jnp.zeros((), jnp.int32), packed_CxM))
+    # Pair m's place in the packed list is the number of nonzero pairs before it.
+    rank_CxM = jnp.cumsum(nonzero_CxM, axis=1, dtype=jnp.int32) - 1
+    logpsi_CxTxK = jnp.take_along_axis(packed_CxM, jnp.maximum(rank_CxM, 0), axis=1).reshape(C, T, K)
+    terms_CxTxK = mel_CxTxK * jnp.exp(logpsi_CxTxK - logpsi_CxT[..., None])
+    return diag_CxT + jnp.sum(jnp.where(mel_CxTxK != 0, terms_CxTxK, jnp.zeros_like(terms_CxTxK)), axis=-1)
 
 
 def _flat_logpsi(problem: Problem, params, mode):

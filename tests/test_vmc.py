@@ -136,3 +136,50 @@ def test_single_precision_runs_end_to_end(overrides, tmp_path):
         assert max(iters) < 1000 and all(r["cg_residual"] <= 1e-3 for r in records), iters
     else:
         assert all("cg_iters" not in r for r in records)
+
+
+J1J2_CHAIN = ["hilbert=chain", "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
+              "hamiltonian.sign_rule=true", "sampler=metropolis_exchange", "sampler.n_chains=7",
+              "sampler.n_samples=70", "model=cnn", "model.channels=4", "dtype=float64", "exact=false"]
+
+
+@pytest.mark.parametrize("chunk_size", [None, 14])
+def test_generic_local_energies_skip_zero_elements_and_match_dense(chunk_size):
+    """A model without fast paths: E_loc of every Sz = 0 state equals (H psi)(s) / psi(s) of the
+    dense J1-J2 matrix, while log psi is evaluated on the nonzero elements' configurations
+    (plus at most one block of padding per chain and call), not on all K per sample."""
+    from runner import hilbert as hb
+    from runner.vmc import NONZERO_BLOCKS, nonzero_local_energies
+    from tests.dense import basis_index, dense_heisenberg, dense_psi
+
+    problem = build(compose_config([*J1J2_CHAIN, f"chunk_size={chunk_size or 'null'}"])).problem
+    assert problem.amplitude is not None and problem.model.__class__.__name__ == "CNN"
+    lattice = problem.sampler.hilbert
+    states = hb.all_states(lattice)  # the 70 Sz = 0 states, as 7 chains of 10
+    params = init_state(problem, 0, jnp.ones((8,), jnp.int8)).params
+    eloc = np.asarray(jax.jit(lambda s: local_energies(problem, params, s))(jnp.asarray(states.reshape(7, 10, 8))))
+    H = dense_heisenberg(lattice.bonds, lattice.next_bonds, 8, 1.0, 0.5, lattice.sublattice)
+    psi = dense_psi(problem.logpsi(params, jnp.asarray(states)), states)
+    idx = basis_index(states)
+    np.testing.assert_allclose(eloc.reshape(-1), (H @ psi)[idx] / psi[idx], rtol=1e-10, atol=1e-10)
+
+    rows = []
+
+    def counted(p, s):
+        jax.debug.callback(lambda x: rows.append(int(np.prod(x.shape[:-1]))), s)
+        return problem.logpsi(p, s)
+
+    sigma = jnp.asarray(states.reshape(7, 10, 8))
+    jax.block_until_ready(jax.jit(lambda s: nonzero_local_energies(problem.hamiltonian, counted, params, s))(sigma))
+    K = problem.hamiltonian.n_connected
+    n_nonzero = sum(int(np.sum(np.asarray(operators_connected(problem.hamiltonian, s)) != 0)) for s in states)
+    evaluated = sum(rows) - 70  # minus the samples' own log psi
+    block = -(-10 * K // NONZERO_BLOCKS)
+    assert n_nonzero <= evaluated <= n_nonzero + 7 * block
+    assert evaluated < 0.75 * 70 * K  # Sz = 0 on a chain with J2: many flips annihilate the state
+
+
+def operators_connected(ham, sigma_N):
+    from runner import operators
+
+    return operators.connected(ham, jnp.asarray(sigma_N))[1]
