@@ -115,3 +115,68 @@ def test_replace_section_keeps_the_rest_of_the_file():
     assert "new table" not in second and "newer table" in second and second.endswith(analysis)
     assert second.count(bench.SECTION_START) == 1 and second.count(bench.SECTION_END) == 1
     assert bench.replace_section("", "t") == f"{bench.SECTION_START}\nt\n{bench.SECTION_END}\n"
+
+
+def _load(name):
+    """A bench script as a module (bench/ on the path: the scripts import bench/run.py as `run`)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", ["cnn", "vit"])
+def test_deep_case_is_the_model_netket_gets(case):
+    """bench/deep.py: our config builds the very module (same class and fields) that the NetKet side
+    hands to MCState, on the 6 x 6 J1-J2 physics, with the same initial parameters for a seed."""
+    import jax
+    import jax.numpy as jnp
+
+    deep = _load("deep")
+    overrides = deep.overrides(case, n_iter=20, seed=3)
+    keys = [o.split("=")[0] for o in overrides]
+    assert len(keys) == len(set(keys)), f"an override is given twice: {overrides}"
+    experiment = build(compose_config(overrides))
+    problem, model = experiment.problem, deep.our_model(case)
+    assert problem.model == model
+    assert experiment.hilbert.n_sites == 36 and experiment.hilbert.total_sz == 0
+    assert (problem.sampler.n_samples, problem.sampler.n_chains) == (deep.N_SAMPLES, deep.N_CHAINS)
+    assert (problem.sampler.n_discard_per_chain, problem.sampler.sweep_size) == (deep.N_DISCARD, deep.SWEEP)
+    assert experiment.settings.seed == 3 and experiment.settings.n_iter == 20
+    ours = problem.model.init(deep.init_key(3), jnp.ones((36,), jnp.int8))["params"]
+    theirs = model.init(deep.init_key(3), jnp.ones((36,), jnp.int8))["params"]
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: bool((a == b).all()), ours, theirs))
+    from runner.vmc import init_state
+
+    runner_params = init_state(problem, 3, jnp.ones((36,), jnp.int8)).params
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: bool((a == b).all()), runner_params, theirs))
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(ours))
+    assert n_params > deep.N_SAMPLES  # the sample-space solver's regime
+
+
+def test_deep_and_scaling_sections_replace_only_their_own_part():
+    deep, scaling = _load("deep"), _load("scaling")
+    text = "# Title\n\nintro\n\n## Other\n\nkept\n"
+    once = scaling.replace_section(deep.replace_section(text, "## Deep\n\nfirst\n"), "## Scaling\n\nA\n")
+    assert once.startswith(text.rstrip("\n")) and "first" in once and "A" in once
+    twice = deep.replace_section(scaling.replace_section(once, "## Scaling\n\nB\n"), "## Deep\n\nsecond\n")
+    assert "first" not in twice and "A\n" not in twice and "second" in twice and "B" in twice
+    assert twice.count("## Other") == 1 and twice.count(deep.SECTION_START) == 1
+    assert twice.count(scaling.SECTION_START) == 1
+
+
+def test_scaling_points_vary_one_knob_each():
+    scaling = _load("scaling")
+    points = scaling.plan(list(scaling.BLOCKS), 30)
+    base = scaling.point_overrides(30)
+    for block, value, overrides, layout in points:
+        changed = set(overrides) - set(base)
+        if block == "layouts":
+            assert not changed and layout == value
+        else:
+            knob = {"samples": "sampler.n_samples", "params": "model.alpha", "sites": "hilbert.L"}[block]
+            assert changed <= {f"{knob}={value}"} and layout == "single"
+        experiment = build(compose_config(overrides))
+        assert experiment.settings.n_iter == 30 and experiment.problem.sampler.n_chains == 16
+    assert {v for b, v, _, _ in points if b == "layouts"} == set(scaling.LAYOUTS)
