@@ -19,7 +19,7 @@ GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditi
 # Every other top-level key the composed config may hold (read by the runner, the observables,
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
 TOP_LEVEL = ("observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
-             "final_rounds", "init_from", "init_chains", "optimized_metric")
+             "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy")
 DTYPES = {
     "float64": (jnp.float64, True),
     "float32": (jnp.float32, False),
@@ -225,6 +225,10 @@ def build(config: dict, sweep_job=None) -> Experiment:
     if dtype_name in MIXED:
         precondition = precond.solving_in(precondition, jnp.float64)
     _check_chunk(settings.chunk_size, sampler)
-    problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate)
+    clip = config.get("clip_local_energy")
+    if clip is not None:
+        require_number("clip_local_energy", clip, positive=True)
+    problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
+                      None if clip is None else float(clip))
     observed = observables.build(config.get("observables"), hilbert, hamiltonian)
     return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed)

@@ -80,6 +80,9 @@ MISSING = object()
 def first_difference(stored: dict, current: dict, ignore=()):
     """The first key whose value differs, in the current config's order, then the stored one's.
 
+    A key the stored run lacks and this config sets to null is no difference: keys added to the
+    config later are null where they keep the behaviour of the code before them.
+
     Returns:
         (key, stored value, current value), a missing value being `MISSING`; or None.
     """
@@ -87,6 +90,8 @@ def first_difference(stored: dict, current: dict, ignore=()):
         if _ignored(key, ignore):
             continue
         old, new = stored.get(key, MISSING), current.get(key, MISSING)
+        if old is MISSING and new is None:
+            continue
         if old is MISSING or new is MISSING or _canonical(old) != _canonical(new):
             return key, old, new
     return None

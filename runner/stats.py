@@ -35,6 +35,31 @@ def chain_mean(x_CxT):
     return chain_sum(jnp.sum(x_CxT, axis=1)) / (x_CxT.shape[0] * x_CxT.shape[1])
 
 
+def clip_outliers(x_CxT, width):
+    """x with every value farther than `width` mean absolute deviations from the median pulled
+    back onto that distance (complex values: the deviation's modulus, its direction kept).
+
+    The median (of the real and imaginary parts) is an order statistic and the deviation's
+    mean a `chain_mean`, so the result is the same on every layout.
+
+    Args:
+        x_CxT: per-chain samples [C, T].
+        width: the allowed distance in mean absolute deviations (> 0).
+
+    Returns:
+        The clipped samples [C, T].
+    """
+    flat = x_CxT.reshape(-1)
+    center = jnp.median(jnp.real(flat))
+    if jnp.iscomplexobj(flat):
+        center = jax.lax.complex(center, jnp.median(jnp.imag(flat)))
+    dev_CxT = x_CxT - center
+    size_CxT = jnp.abs(dev_CxT)
+    limit = width * chain_mean(size_CxT)
+    over = size_CxT > limit
+    return jnp.where(over, center + dev_CxT * (limit / jnp.where(over, size_CxT, 1.0)), x_CxT)
+
+
 class Stats(NamedTuple):
     """Summary of a [C, T] array of samples (C chains of T samples)."""
 

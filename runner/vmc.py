@@ -21,7 +21,7 @@ from runner import operators
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
 from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
-from runner.stats import chain_mean, chain_sum, statistics
+from runner.stats import chain_mean, chain_sum, clip_outliers, statistics
 
 
 class VMCState(NamedTuple):
@@ -47,6 +47,9 @@ class Problem:
         chunk_size: evaluate local energies, log-derivatives and SR's products with them
             (CG) on at most this many samples at a time (a multiple of n_chains), or None for
             all at once.
+        clip_local_energy: for the gradient only, local energies farther than this many mean
+            absolute deviations from their median are pulled back onto that distance
+            (`stats.clip_outliers`); None: no clipping. The energy statistics use the raw values.
         learning_rate: the optimizer's learning-rate schedule (a function of the step, which
             optax reads from its own count, equal to the VMC step), reported in the metrics;
             None when the learning rate is a number.
@@ -59,6 +62,7 @@ class Problem:
     precondition: Preconditioner
     chunk_size: int | None = None
     learning_rate: Any = None
+    clip_local_energy: float | None = None
 
     def logpsi(self, params, sigma_xN):
         return self.model.apply({"params": params}, sigma_xN)
@@ -349,12 +353,17 @@ def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode) -> SampleChunks:
     derivatives = _per_sample_derivatives(problem, params, mode, sigma_CxTxN[0, 0])
     chunk = problem.chunk_per_chain
     if chunk is None or chunk >= T:
+        # O is whole anyway; the kernel still takes it in up to 4 chunks: its lower blocks are
+        # then copies of the upper ones (5/8 of the products), and under a mesh one quarter of
+        # O at a time is gathered onto every device.
+        n = next(m for m in (4, 2, 1) if T % m == 0)
+
         def start():
             O_CxTxP = derivatives(sigma_CxTxN)
             Obar_CxTxP = (O_CxTxP - chain_mean(O_CxTxP)) / jnp.sqrt(n_samples)
-            return lambda k: Obar_CxTxP
+            return lambda k: jax.lax.dynamic_slice_in_dim(Obar_CxTxP, k * (T // n), T // n, axis=1)
 
-        return SampleChunks(1, start)
+        return SampleChunks(n, start)
 
     def start():
         sum_CxP = _accumulate_over_samples(lambda s, _: jnp.sum(derivatives(s), axis=1), sigma_CxTxN,
@@ -381,7 +390,13 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0):
     mode = gradient_mode(params, problem.model)
     jac = jacobian(problem, params, sigma_CxTxN, mode)
     n_samples = eloc_CxT.size
-    eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
+    if problem.clip_local_energy is None:
+        eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
+    else:
+        # A sample beside a near-node of psi (|psi(s)| << |psi(s')|) has a huge E_loc: rare,
+        # but one such sample's gradient can throw the parameters far away.
+        clipped_CxT = clip_outliers(eloc_CxT, problem.clip_local_energy)
+        eps_S = (clipped_CxT.reshape(-1) - chain_mean(clipped_CxT)) / jnp.sqrt(n_samples)
     solution_P, solver, info = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver,
                                                            step)
     flat, unravel = ravel_pytree(params)

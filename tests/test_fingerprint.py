@@ -81,3 +81,12 @@ def test_resume_ignores_whole_groups_by_prefix(tmp_path):
     assert info.value.key == "observables._target_"
     # a group name is not a prefix of a longer top-level key
     assert fingerprint.first_difference({"observables_x": 1}, {"observables_x": 2}, ignore=("observables",))
+
+
+def test_a_key_added_later_is_no_difference_while_null():
+    """A run stored before a key existed matches a config that sets the key to null (its
+    behaviour before the key), not one that sets it to anything else."""
+    stored = {"hilbert.L": 8, "seed": 0}
+    assert fingerprint.first_difference(stored, {**stored, "clip_local_energy": None}) is None
+    key, old, new = fingerprint.first_difference(stored, {**stored, "clip_local_energy": 5.0})
+    assert key == "clip_local_energy" and old is fingerprint.MISSING and new == 5.0

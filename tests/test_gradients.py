@@ -1,5 +1,6 @@
 """Gradients, SR and minSR against exact full sums over the Hilbert space."""
 
+import dataclasses
 
 import flax.linen as nn
 import jax
@@ -241,3 +242,33 @@ def test_cg_with_an_arbitrary_basis_still_converges():
     state = cg.init(eps[:50])._replace(basis=junk, scale=jnp.full(5, -0.999), age=jnp.ones((), jnp.int32))
     expected = precond.sr(diag_shift=0.01, solver="cholesky")(jac, eps, "real")
     np.testing.assert_allclose(np.asarray(cg(jac, eps, "real", state)), np.asarray(expected), rtol=1e-8, atol=1e-10)
+
+
+def test_clip_local_energy_changes_only_the_gradient_of_outlying_samples():
+    """energy_and_update with clip_local_energy: the energy statistics are the raw ones; the
+    update is the one from the clipped local energies (checked against the force computed
+    from clipped values by hand); without outliers beyond the limit nothing changes."""
+    from runner.stats import clip_outliers
+    from runner.vmc import energy_and_update, local_energies
+
+    lattice, ham, model, states, params, H = _setup("rbm_complex")
+    plain = _problem(model, ham)
+    clipped = dataclasses.replace(plain, clip_local_energy=0.5)
+    loose = dataclasses.replace(plain, clip_local_energy=1e6)
+    sigma = jnp.asarray(states)[: 16 * (len(states) // 16)].reshape(16, -1, lattice.n_sites)
+    stats_p, upd_p, _, _ = energy_and_update(plain, params, sigma, ())
+    stats_c, upd_c, _, _ = energy_and_update(clipped, params, sigma, ())
+    _, upd_l, _, _ = energy_and_update(loose, params, sigma, ())
+    assert stats_c.mean == stats_p.mean and stats_c.variance == stats_p.variance
+    flat = lambda t: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(t)])  # noqa: E731
+    np.testing.assert_allclose(flat(upd_l), flat(upd_p), rtol=1e-12)
+    eloc = local_energies(plain, params, sigma)
+    e = clip_outliers(eloc, 0.5)
+    assert np.sum(np.asarray(e != eloc)) > 0  # the limit bites on this batch
+    mode = gradient_mode(params, model)
+    jac = jacobian(plain, params, sigma, mode)
+    n = e.size
+    eps = (e.reshape(-1) - jnp.mean(e)) / jnp.sqrt(n)
+    expected = precond.force(jac, eps, mode)
+    np.testing.assert_allclose(flat(upd_c), np.asarray(expected), rtol=1e-10)
+    assert not np.allclose(flat(upd_c), flat(upd_p), rtol=1e-3)

@@ -56,3 +56,28 @@ def test_complex_samples():
     s = statistics(jnp.asarray(x))
     assert jnp.iscomplexobj(s.mean)
     np.testing.assert_allclose(float(s.variance), np.mean(np.abs(x - x.mean()) ** 2))
+
+
+def test_clip_outliers_pulls_far_values_onto_the_limit():
+    from runner.stats import clip_outliers
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 64))
+    x[1, 5], x[2, 7] = 1e6, -3e5
+    width = 5.0
+    median = np.median(x)
+    limit = width * np.mean(np.abs(x - median))
+    expected = np.clip(x, median - limit, median + limit)
+    np.testing.assert_allclose(np.asarray(clip_outliers(jnp.asarray(x), width)), expected, rtol=1e-13)
+    assert np.sum(expected != x) == 2  # only the two outliers move
+    z = x + 1j * rng.standard_normal((4, 64))
+    z[3, 3] = 1e4 + 1e4j
+    center = np.median(z.real) + 1j * np.median(z.imag)
+    dev = z - center
+    limit = width * np.mean(np.abs(dev))
+    moved = np.abs(dev) > limit
+    expected = np.where(moved, center + dev * limit / np.abs(dev), z)
+    np.testing.assert_allclose(np.asarray(clip_outliers(jnp.asarray(z), width)), expected, rtol=1e-12)
+    # the direction of a clipped deviation is kept
+    out = np.asarray(clip_outliers(jnp.asarray(z), width))[3, 3]
+    assert np.isclose(np.angle(out - center), np.angle(z[3, 3] - center))
