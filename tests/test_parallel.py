@@ -285,3 +285,29 @@ def test_chunked_minsr_with_momentum_gives_bitwise_identical_runs_on_every_layou
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert json.loads((tmp_path / "processes2" / "summary.json").read_text())["processes"] == 2
     assert_identical_runs(tmp_path / "processes2", tmp_path / "devices1")
+
+
+@pytest.mark.parametrize("chunk_size", [None, 32])
+def test_minsr_under_a_mesh_never_gathers_the_whole_jacobian(chunk_size):
+    """Compiled on 4 devices under the mesh, minSR's largest all-gather is one chunk of Obar
+    (chunk_size x P; without chunk_size a quarter of the samples), never all N_s x P."""
+    import dataclasses
+    import re
+
+    from runner.vmc import jacobian
+
+    experiment = build(compose_config(["hilbert.L=12", "model.alpha=4", "preconditioner=minsr",
+                                       "sampler.n_samples=256", "sampler.n_chains=16", "exact=false"]))
+    problem = dataclasses.replace(experiment.problem, chunk_size=chunk_size)
+    params = jax.eval_shape(lambda: init_state(problem, 0, jnp.ones((12,), jnp.int8))).params
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
+    layout = parallel.make_mesh("sharded")
+    sigma = jax.ShapeDtypeStruct((16, 16, 12), jnp.int8, sharding=layout.chains)
+    eps = jax.ShapeDtypeStruct((256,), jnp.float64, sharding=jax.sharding.NamedSharding(
+        layout.mesh, PartitionSpec(parallel.CHAIN_AXIS)))
+    solve = jax.jit(lambda p, s, e: problem.precondition(jacobian(problem, p, s, "real"), e, "real"))
+    with jax.set_mesh(layout.mesh):
+        hlo = solve.lower(params, sigma, eps).compile().as_text()
+    gathered = [np.prod([int(d) for d in dims.split(",") if d])
+                for dims in re.findall(r"= f64\[([\d,]*)\]\S* all-gather", hlo)]
+    assert gathered and max(gathered) == (chunk_size or 64) * n_params
