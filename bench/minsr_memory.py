@@ -31,7 +31,8 @@ CASE = ["hilbert=chain", "hilbert.L=36", "hamiltonian=ising", "hamiltonian.h=1.0
 def run_one(repo, chunk, n_iter):
     """(peak RSS in MiB, seconds per step, wall seconds, n_params) of one run in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "runner", *CASE, f"chunk_size={chunk}", f"n_iter={n_iter}", f"hydra.run.dir={tmp}"]
+        args = [sys.executable, "-m", "runner", *CASE, f"chunk_size={chunk}", f"n_iter={n_iter}",
+                f"hydra.run.dir={tmp}"]
         start = time.perf_counter()
         proc = subprocess.Popen(args, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = proc.stdout.read()

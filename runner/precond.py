@@ -451,19 +451,20 @@ def sample_kernel(chunks: SampleChunks, mode):
     """minSR's kernel T = A A^H [Q, Q] (Q = G N_s; G as in `_kernel_rows`), built block by block
     from the chunks of Obar, in kernel order: chunk, chain, G, sample of the chunk.
 
-    Only two chunks are held at a time (memory: 2 chunk_size x P, plus T): the outer loop makes
-    chunk a once, the inner one makes each later chunk b again, and T's lower blocks are the
-    conjugate transposes of the upper ones (half the products). Compiled under a mesh, each
-    device makes the rows of its own chains, then chunk b alone is gathered onto every device
-    (never the whole Obar) and each device multiplies its rows of a with it; T is gathered
-    (replicated) for the solve.
+    Two chunks are held at a time (with what making O takes: a few chunk_size x P, plus T):
+    the outer loop makes chunk a once, the inner one makes each later chunk b again, and T's
+    lower blocks are the conjugate transposes of the upper ones (n (n + 1) / 2 of the n^2 block
+    products). Compiled under a mesh, each device makes the rows of its own chains, then chunk
+    b alone is gathered onto every device (never the whole Obar) and each device multiplies its
+    rows of a with it; T is gathered (replicated) for the solve.
     """
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         spread = whole = lambda x: x  # noqa: E731
     else:
-        spread = lambda x: jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec(mesh.axis_names))  # noqa: E731
-        whole = lambda x: jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec())  # noqa: E731
+        chains, replicated = jax.sharding.PartitionSpec(mesh.axis_names), jax.sharding.PartitionSpec()
+        spread = lambda x: jax.lax.with_sharding_constraint(x, chains)  # noqa: E731
+        whole = lambda x: jax.lax.with_sharding_constraint(x, replicated)  # noqa: E731
     rows = chunks.start()
     chunk_rows = lambda k: spread(_kernel_rows(rows(k), mode))  # noqa: E731
     if chunks.n == 1:

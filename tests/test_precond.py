@@ -203,7 +203,8 @@ def test_chunked_minsr_equals_one_chunk_dense_minsr_and_sr(kind):
         # A Jacobian without chunks: its dense matrix as one chunk.
         _close(minsr(precond.from_dense(Obar, mode), eps, mode), one, 1e-12)
         if n_params < n_samples:
-            _close(precond.sr(diag_shift=0.01, solver="cholesky")(precond.from_dense(Obar, mode), eps, mode), one, 1e-10)
+            sr = precond.sr(diag_shift=0.01, solver="cholesky")
+            _close(sr(precond.from_dense(Obar, mode), eps, mode), one, 1e-10)
 
 
 # One case per mode: real parameters and log psi; complex holomorphic; real parameters with a
