@@ -76,6 +76,12 @@ class TensorBoardLogger:
     def __init__(self, run_dir: Path, settings: dict, start_step: int):
         from tensorboardX import SummaryWriter
 
+        events_dir = run_dir / TENSORBOARD_DIR
+        if not start_step and events_dir.is_dir():
+            # A run started over in a used directory (resume=false): the old run's series would
+            # be read together with this one's.
+            for old in events_dir.glob("events.out.tfevents.*"):
+                old.unlink()
         # purge_step: a resumed run hides the events it had written past its checkpoint
         self.writer = SummaryWriter(str(run_dir / TENSORBOARD_DIR), flush_secs=int(settings.get("flush_secs", 30)),
                                     purge_step=start_step or None)

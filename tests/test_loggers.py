@@ -112,9 +112,9 @@ def test_a_resumed_run_goes_on_in_the_same_mlflow_run_and_tensorboard_series(tmp
 
 
 
-def test_a_run_started_over_gets_a_new_mlflow_run(tmp_path):
+def test_a_run_started_over_gets_a_new_mlflow_run_and_tensorboard_series(tmp_path):
     args = ["hilbert.L=6", "sampler.n_samples=128", "final_rounds=1", "exact=false", "n_iter=3",
-            "logger=[mlflow]", "logger.mlflow.flush_seconds=0", "hydra.run.dir=run"]
+            "logger=[mlflow,tensorboard]", "logger.mlflow.flush_seconds=0", "hydra.run.dir=run"]
     run_cli(args, tmp_path, check=True)
     run_cli([*args, "seed=1", "resume=false"], tmp_path, check=True)  # another config, started over
     run_dir = tmp_path / "run"
@@ -124,6 +124,13 @@ def test_a_run_started_over_gets_a_new_mlflow_run(tmp_path):
     latest = (run_dir / ".mlflow_run_id").read_text().strip()
     history = sorted((m.step, m.value) for m in client.get_metric_history(latest, "energy"))
     assert history == [(r["step"], r["energy"]) for r in metrics_of(run_dir)]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()  # only the second run's series: the first run's event file was removed
+    assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    assert [(e.step, e.value) for e in events.Scalars("energy")] == [
+        (r["step"], pytest.approx(r["energy"], rel=1e-6)) for r in metrics_of(run_dir)]
 
 WRITER = textwrap.dedent("""
     import sys, time
