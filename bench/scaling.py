@@ -124,6 +124,10 @@ def render(rows, args):
         "|---|---|---|---|---|---|---|---|",
     ]
     for block, value, s_iter, rss, summary, layout in rows:
+        if s_iter is None:
+            lines.append(f"| {block} | {value} | {summary['n_sites']} | — | — | {layout} | failed: "
+                         f"{summary['failed'].replace('|', '/')} | — |")
+            continue
         lines.append(f"| {block} | {value} | {summary['n_sites'] if 'n_sites' in summary else '—'} | "
                      f"{summary['n_params']:,} | {summary['n_samples']} | {layout} | {s_iter:.4f} | {rss:.0f} |")
     return "\n".join(lines) + "\n"
@@ -163,8 +167,15 @@ def main(argv=None):
     env = process_env()
     rows = []
     for block, value, overrides, layout in plan(args.blocks, args.n_iter):
-        s_iter, rss, summary = run_point(overrides, layout, env)
         L = next(int(o.split("=")[1]) for o in overrides if o.startswith("hilbert.L="))
+        try:
+            s_iter, rss, summary = run_point(overrides, layout, env)
+        except RuntimeError as err:  # recorded, not fatal: the other points still run
+            lines = str(err).splitlines()
+            reason = next((line for line in lines if "timeout" in line.lower()), lines[0])
+            print(f"{block} {value}: failed: {reason}", file=sys.stderr, flush=True)
+            rows.append((block, value, None, None, {"n_sites": L, "failed": reason[:200]}, layout))
+            continue
         summary = {**summary, "n_sites": L}
         rows.append((block, value, s_iter, rss, summary, layout))
         print(f"{block} {value}: {s_iter * 1e3:.1f} ms/iter, {rss:.0f} MB, P={summary['n_params']}", file=sys.stderr,
