@@ -26,20 +26,33 @@ CASE = ["hilbert=chain", "hilbert.L=100", "hamiltonian=ising", "hamiltonian.h=1.
         "final_rounds=1", "checkpoint_every=100000"]
 
 
-def run_one(chunk, n_iter, cg_maxiter):
-    """(peak RSS in MiB, seconds per step, wall seconds, n_params) of one run in a fresh process."""
+def measure(repo, overrides):
+    """(peak RSS in MiB, seconds per step, wall seconds, n_params) of `python -m runner overrides`
+    run in `repo` in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "runner", *CASE, f"chunk_size={chunk}", f"n_iter={n_iter}",
-                f"preconditioner.cg_maxiter={cg_maxiter}", f"hydra.run.dir={tmp}"]
+        args = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={tmp}"]
         start = time.perf_counter()
-        proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(args, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"chunk_size={chunk} failed:\n{out[-3000:]}")
+            raise RuntimeError(f"{' '.join(overrides)} failed:\n{out[-3000:]}")
         summary = json.loads((Path(tmp) / "summary.json").read_text())
     return usage.ru_maxrss / 1024, summary["seconds_per_iter"], wall, summary["n_params"]
+
+
+def run_one(chunk, n_iter, cg_maxiter):
+    """`measure` of the case at one chunk_size."""
+    return measure(REPO, [*CASE, f"chunk_size={chunk}", f"n_iter={n_iter}", f"preconditioner.cg_maxiter={cg_maxiter}"])
+
+
+def print_table(rows):
+    """The markdown table of (chunk_size, peak RSS, s / step, wall) rows."""
+    print("| chunk_size | peak RSS (MiB) | s / step | process wall (s) |")
+    print("|---|---|---|---|")
+    for chunk, rss, per_step, wall in rows:
+        print(f"| {chunk} | {rss:.0f} | {per_step:.2f} | {wall:.0f} |")
 
 
 def machine():
@@ -72,10 +85,7 @@ def main():
     print(f"Peak memory against `chunk_size`: RBM alpha=10 on a 100-site Ising chain ({n_params:,} real "
           f"parameters), 4,096 samples in 16 chains, SR by CG (at most {args.cg_maxiter} iterations a step), "
           f"{args.n_iter} steps, one fresh process per setting. Machine: {machine()}.\n")
-    print("| chunk_size | peak RSS (MiB) | s / step | process wall (s) |")
-    print("|---|---|---|---|")
-    for chunk, rss, per_step, wall in rows:
-        print(f"| {chunk} | {rss:.0f} | {per_step:.2f} | {wall:.0f} |")
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -10,17 +10,12 @@ runs another checkout (e.g. an older commit) for comparison. Prints a markdown t
 """
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from memory import machine  # noqa: E402
+from memory import machine, measure, print_table  # noqa: E402
 
 CASE = ["hilbert=chain", "hilbert.L=36", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "model.alpha=16",
         "dtype=float64", "sampler=metropolis_local", "sampler.n_samples=2048", "sampler.n_chains=16",
@@ -29,19 +24,8 @@ CASE = ["hilbert=chain", "hilbert.L=36", "hamiltonian=ising", "hamiltonian.h=1.0
 
 
 def run_one(repo, chunk, n_iter):
-    """(peak RSS in MiB, seconds per step, wall seconds, n_params) of one run in a fresh process."""
-    with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "runner", *CASE, f"chunk_size={chunk}", f"n_iter={n_iter}",
-                f"hydra.run.dir={tmp}"]
-        start = time.perf_counter()
-        proc = subprocess.Popen(args, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"chunk_size={chunk} failed:\n{out[-3000:]}")
-        summary = json.loads((Path(tmp) / "summary.json").read_text())
-    return usage.ru_maxrss / 1024, summary["seconds_per_iter"], wall, summary["n_params"]
+    """`memory.measure` of the case at one chunk_size, in the checkout `repo`."""
+    return measure(repo, [*CASE, f"chunk_size={chunk}", f"n_iter={n_iter}"])
 
 
 def main():
@@ -58,10 +42,7 @@ def main():
     print(f"minSR's peak memory against `chunk_size`: RBM alpha=16 on a 36-site Ising chain ({n_params:,} real "
           f"parameters), 2,048 samples in 16 chains, {args.n_iter} steps, one fresh process per setting "
           f"({args.repo}). Machine: {machine()}.\n")
-    print("| chunk_size | peak RSS (MiB) | s / step | process wall (s) |")
-    print("|---|---|---|---|")
-    for chunk, rss, per_step, wall in rows:
-        print(f"| {chunk} | {rss:.0f} | {per_step:.2f} | {wall:.0f} |")
+    print_table(rows)
 
 
 if __name__ == "__main__":
