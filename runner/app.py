@@ -402,7 +402,7 @@ def _estimate_with_observables(experiment, state, shardings, layout):
     fields, correlations = observables.results(obs, measured, n_per_chain)
     for name, value in fields["observables"].items():
         if value["mean"] is not None:
-            log.info("%s: %.8f ± %.2e", name, value["mean"], value["error"] or float("nan"))
+            log.info("%s: %.8f ± %.2e", name, value["mean"], float("nan") if value["error"] is None else value["error"])
     return {k: _finite(v) for k, v in energy.items()}, (fields, correlations)
 
 

@@ -175,7 +175,7 @@ def main(argv=None):
         lines.append(f"relative error: {result['relative_error']:.2e} (exact {result['exact_energy']:.10f})")
     for name, value in result.get("observables", {}).items():
         if value["mean"] is not None:
-            lines.append(f"{name}: {value['mean']:.8f} ± {value['error'] or float('nan'):.2e}")
+            lines.append(f"{name}: {value['mean']:.8f} ± {float('nan') if value['error'] is None else value['error']:.2e}")
     lines.append(f"written to {Path(argv[0]) / EVALUATION}")
     for line in lines:
         log.info(line)

@@ -356,3 +356,16 @@ def test_every_option_composes_and_builds(option, repo):
     config = compose_config()
     del config["observables"]  # a run recorded before the group existed
     assert build(config).observables is None
+
+
+def test_an_observable_fixed_by_the_sector_prints_a_zero_error_bar(tmp_path, repo):
+    """In the Sz = 0 sector magnetization_z is exactly 0 on every sample: its error bar is 0,
+    printed as 0 (a falsy 0.0 used to print as nan)."""
+    run_dir = tmp_path / "run"
+    proc = run_cli(["observables=spin", "hamiltonian=heisenberg", "hilbert.total_sz=0", "sampler=metropolis_exchange",
+                    "n_iter=2", "hilbert.L=6", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=1",
+                    f"hydra.run.dir={run_dir}"], cwd=repo, check=True)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["observables"]["magnetization_z"] == {"mean": 0.0, "error": 0.0}
+    out = proc.stdout + proc.stderr
+    assert "magnetization_z: 0.00000000 ± 0.00e+00" in out and "± nan" not in out
