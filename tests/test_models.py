@@ -221,7 +221,8 @@ def test_force_matches_exact_gradient(name, dtype):
 @pytest.mark.parametrize(
     "make,key",
     [(lambda h: RBMSymm(alpha=1.5, hilbert=h), "alpha"), (lambda h: CNN(depth=0, hilbert=h), "depth"),
-     (lambda h: CNN(symmetries="lattice", hilbert=h), "symmetries"), (lambda h: CNN(parity=2, hilbert=h), "parity"),
+     (lambda h: CNN(symmetries="rotations", hilbert=h), "symmetries"), (lambda h: CNN(parity=2, hilbert=h), "parity"),
+     (lambda h: RBMSymm(group="rotations", hilbert=h), "group"),
      (lambda h: ViT(patch_size=1, momentum=[1], hilbert=h), "momentum"),
      (lambda h: ViT(patch_size=1, symmetries="translations", momentum=[1, 0], hilbert=h), "momentum"),
      (lambda h: ViT(patch_size=4, hilbert=h), "patch_size"), (lambda h: ViT(d_model=6, n_heads=4, hilbert=h), "n_heads"),
