@@ -47,6 +47,20 @@ def run_one(chunk, n_iter, cg_maxiter):
     return measure(REPO, [*CASE, f"chunk_size={chunk}", f"n_iter={n_iter}", f"preconditioner.cg_maxiter={cg_maxiter}"])
 
 
+def over_chunks(chunks, run):
+    """`run(chunk_size value)` for each of `chunks` ("none" -> null), progress on stderr.
+
+    Returns:
+        (rows of (chunk, peak RSS, s / step, wall) for `print_table`, the case's n_params).
+    """
+    rows, n_params = [], None
+    for chunk in chunks:
+        rss, per_step, wall, n_params = run("null" if chunk == "none" else chunk)
+        rows.append((chunk, rss, per_step, wall))
+        print(f"chunk_size={chunk}: peak RSS {rss:.0f} MiB, {per_step:.2f} s/step", file=sys.stderr, flush=True)
+    return rows, n_params
+
+
 def print_table(rows):
     """The markdown table of (chunk_size, peak RSS, s / step, wall) rows."""
     print("| chunk_size | peak RSS (MiB) | s / step | process wall (s) |")
@@ -76,12 +90,7 @@ def main():
     parser.add_argument("--cg-maxiter", type=int, default=20,
                         help="caps CG's iterations so every setting does the same work per step")
     args = parser.parse_args()
-    rows = []
-    for chunk in args.chunks:
-        value = "null" if chunk == "none" else chunk
-        rss, per_step, wall, n_params = run_one(value, args.n_iter, args.cg_maxiter)
-        rows.append((chunk, rss, per_step, wall))
-        print(f"chunk_size={chunk}: peak RSS {rss:.0f} MiB, {per_step:.2f} s/step", file=sys.stderr, flush=True)
+    rows, n_params = over_chunks(args.chunks, lambda chunk: run_one(chunk, args.n_iter, args.cg_maxiter))
     print(f"Peak memory against `chunk_size`: RBM alpha=10 on a 100-site Ising chain ({n_params:,} real "
           f"parameters), 4,096 samples in 16 chains, SR by CG (at most {args.cg_maxiter} iterations a step), "
           f"{args.n_iter} steps, one fresh process per setting. Machine: {machine()}.\n")

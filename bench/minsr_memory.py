@@ -15,7 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from memory import machine, measure, print_table  # noqa: E402
+from memory import machine, measure, over_chunks, print_table  # noqa: E402
 
 CASE = ["hilbert=chain", "hilbert.L=36", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "model.alpha=16",
         "dtype=float64", "sampler=metropolis_local", "sampler.n_samples=2048", "sampler.n_chains=16",
@@ -34,11 +34,7 @@ def main():
     parser.add_argument("--n-iter", type=int, default=2)
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout to run (default: this one)")
     args = parser.parse_args()
-    rows = []
-    for chunk in args.chunks:
-        rss, per_step, wall, n_params = run_one(args.repo, "null" if chunk == "none" else chunk, args.n_iter)
-        rows.append((chunk, rss, per_step, wall))
-        print(f"chunk_size={chunk}: peak RSS {rss:.0f} MiB, {per_step:.2f} s/step", file=sys.stderr, flush=True)
+    rows, n_params = over_chunks(args.chunks, lambda chunk: run_one(args.repo, chunk, args.n_iter))
     print(f"minSR's peak memory against `chunk_size`: RBM alpha=16 on a 36-site Ising chain ({n_params:,} real "
           f"parameters), 2,048 samples in 16 chains, {args.n_iter} steps, one fresh process per setting "
           f"({args.repo}). Machine: {machine()}.\n")
