@@ -485,8 +485,14 @@ def local_energy(ham: PauliSum, logpsi_fn, params, sigma_N, ratio_fn=None):
         ratio_K = jnp.exp(logpsi_fn(params, sigmap_KxN) - logpsi_fn(params, sigma_N))
     else:
         ratio_K = jnp.concatenate([ratio_fn(params, sigma_N, *move) for move in connected_moves(ham, sigma_N)])
-    terms_K = mel_K * ratio_K
-    return diag + jnp.sum(jnp.where(mel_K != 0, terms_K, jnp.zeros_like(terms_K)))
+    return sum_elements(diag, mel_K, ratio_K)
+
+
+def sum_elements(diag_x, mel_xK, ratio_xK):
+    """E_loc [...] = diag + sum_k mel_k ratio_k, a zero element never multiplying its ratio (an
+    overflowing ratio on a configuration H does not reach stays out of E_loc)."""
+    terms_xK = mel_xK * ratio_xK
+    return diag_x + jnp.sum(jnp.where(mel_xK != 0, terms_xK, jnp.zeros_like(terms_xK)), axis=-1)
 
 
 def elements_np(ham: PauliSum, states_DxN: np.ndarray):

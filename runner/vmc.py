@@ -221,8 +221,7 @@ def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
     # Pair m's place in the packed list is the number of nonzero pairs before it.
     rank_CxM = jnp.cumsum(nonzero_CxM, axis=1, dtype=jnp.int32) - 1
     logpsi_CxTxK = jnp.take_along_axis(packed_CxM, jnp.maximum(rank_CxM, 0), axis=1).reshape(C, T, K)
-    terms_CxTxK = mel_CxTxK * jnp.exp(logpsi_CxTxK - logpsi_CxT[..., None])
-    return diag_CxT + jnp.sum(jnp.where(mel_CxTxK != 0, terms_CxTxK, jnp.zeros_like(terms_CxTxK)), axis=-1)
+    return operators.sum_elements(diag_CxT, mel_CxTxK, jnp.exp(logpsi_CxTxK - logpsi_CxT[..., None]))
 
 
 def _flat_logpsi(problem: Problem, params, mode):
