@@ -94,8 +94,9 @@ def main():
             sys.exit(2)
         raise
     except KeyboardInterrupt:
-        # a second Ctrl-C: the first one asked for a checkpoint at the next step boundary
-        print("Interrupted again: stopped at once, without a checkpoint of the current step.", file=sys.stderr)
+        # Ctrl-C outside the run's handlers (composing the config, or after the run); a second
+        # Ctrl-C during the run exits from the handler itself
+        print("Interrupted: stopped at once; checkpoints already written are kept.", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     if any(isinstance(r, dict) and r.get("status") == "failed" for r in results):
         # a multirun recorded a point's config error and went on with the rest of the sweep

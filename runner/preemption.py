@@ -6,13 +6,16 @@ agree to stop at the same step (they take part in the checkpoint's collectives t
 the flag is combined over processes at each step boundary. A second Ctrl-C aborts at once.
 """
 
+import os
 import signal
+import sys
 
 import jax
 import numpy as np
 
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 EXIT_PREEMPTED = 3  # exit status of a run stopped by SIGTERM/SIGUSR2 after saving its checkpoint
+SECOND_INTERRUPT = "Interrupted again: stopped at once, without a checkpoint of the current step."
 EXIT_INTERRUPTED = 130  # Ctrl-C, after saving its checkpoint: the shell's 128 + SIGINT
 
 
@@ -56,9 +59,11 @@ class StopRequest:
 
     def _record(self, signum, frame):
         if signum == signal.SIGINT and self.signum == signal.SIGINT:
-            # A second Ctrl-C: the user does not want to wait for the step boundary.
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
+            # A second Ctrl-C: the user does not want to wait for the step boundary. Leave at
+            # once: an exception raised here could land in any frame (a finally block, a
+            # callback from XLA) and end as a traceback instead of this sentence.
+            print(SECOND_INTERRUPT, file=sys.stderr, flush=True)
+            os._exit(EXIT_INTERRUPTED)
         if self.signum is None:
             self.signum = signum
 
