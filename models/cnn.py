@@ -42,7 +42,8 @@ class CNN(nn.Module):
     depth: int = 2
     """Number of convolution layers (the first, plus depth - 1 residual ones)."""
     symmetries: str = "none"
-    """Symmetry projection on top: none, translations or lattice (the space group; see `models.symmetrize`)."""
+    """Symmetry projection on top: none, translations, point or lattice (the space group; see
+    `models.symmetrize`). With pbc the CNN is translation invariant already: point gives lattice's state."""
     parity: int | None = None
     """Spin-flip parity of the projected state: null (none), 1 or -1. (No momentum key: log psi is
     translation invariant already, and its projection onto any q != 0 vanishes.)"""
@@ -60,7 +61,8 @@ class CNN(nn.Module):
                 raise ConfigError(key, f"must be a positive integer (got {value!r})")
         check_param_dtype(self.param_dtype)
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
-        symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert)
+        symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert,
+                              translation_invariant=self.hilbert.pbc)
         super().__post_init__()
 
     @nn.compact

@@ -33,7 +33,8 @@ class RBMSymm(nn.Module):
     finite lattice onto itself)."""
     symmetries: str = "none"
     """Symmetry projection on top (see `models.symmetrize`); log psi is already invariant under
-    `group`, so this is for `parity`, or for `lattice` on top of group=translations."""
+    `group`, so this is for `parity`, or for `point` (the point group: the space group's state at 1/T
+    of `lattice`'s cost) on top of group=translations."""
     parity: int | None = None
     """Spin-flip parity of the projected state: null (none), 1 or -1. (No momentum key: log psi is
     translation invariant already, and its projection onto any q != 0 vanishes.)"""
@@ -54,7 +55,7 @@ class RBMSymm(nn.Module):
             raise ConfigError("group", f"must be one of {', '.join(GROUPS)} (got {self.group!r})")
         check_param_dtype(self.param_dtype)
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
-        symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert)
+        symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert, translation_invariant=True)
         super().__post_init__()
 
     def fast_paths_apply(self) -> bool:

@@ -9,7 +9,7 @@ import numpy as np
 
 from runner.errors import ConfigError
 
-SYMMETRIES = ("none", "translations", "lattice")
+SYMMETRIES = ("none", "translations", "point", "lattice")
 PARITIES = (None, 1, -1)
 
 
@@ -46,6 +46,21 @@ class Lattice:
             return np.arange(self.n_sites, dtype=np.int32)[None]
         return np.asarray(self.space_group, np.int32).reshape(-1, self.n_sites)
 
+    @property
+    def point_group_PxN(self) -> np.ndarray:
+        """[P, N] one space-group row per coset of the translations (the point operations, each
+        followed by some translation), in the space group's order: row 0 the identity. For a log
+        psi already invariant under the translations, the sum over these rows is the sum over
+        the whole space group divided by T."""
+        translations_TxN = self.translations_TxN
+        rows, seen = [], set()
+        for row in self.space_group_GxN:
+            coset = min(tuple(t[row].tolist()) for t in translations_TxN)  # the same for t' o row
+            if coset not in seen:
+                seen.add(coset)
+                rows.append(row)
+        return np.asarray(rows, np.int32)
+
     def displacement(self, t: int) -> tuple:
         """The cell offset (one integer per direction) of translation t."""
         return tuple(int(c) for c in np.unravel_index(self.translations[t][0] // self.n_basis, self.shape))
@@ -68,10 +83,15 @@ def lattice_of(hilbert) -> Lattice:
                    space_group)
 
 
-def check_keys(symmetries, parity, momentum, lattice: Lattice):
-    """Refuses an unknown symmetry group, parity, or a momentum that does not fit the lattice."""
+def check_keys(symmetries, parity, momentum, lattice: Lattice, translation_invariant: bool = False):
+    """Refuses an unknown symmetry group, parity, or a momentum that does not fit the lattice;
+    `point` only for a model whose log psi is invariant under the translations already (on any
+    other it would sum over coset representatives: a state of no symmetry)."""
     if symmetries not in SYMMETRIES:
         raise ConfigError("symmetries", f"must be one of {', '.join(SYMMETRIES)} (got {symmetries!r})")
+    if symmetries == "point" and not translation_invariant:
+        raise ConfigError("symmetries", "point needs a model invariant under the lattice's translations "
+                          "(rbm_symm, or cnn on a periodic lattice); use lattice")
     if isinstance(parity, bool) or parity not in PARITIES:
         raise ConfigError("parity", f"must be null, 1 or -1 (got {parity!r})")
     if momentum is None:
@@ -98,7 +118,8 @@ def images(lattice: Lattice, symmetries: str, parity, momentum):
     exp(i q . d_u) psi_P(s); `lattice` takes every space-group element with weight 1 (the
     trivial representation A1: psi_P(g s) = psi_P(s)); the spin flip weighs by `parity`.
     """
-    perms = {"translations": lattice.translations_TxN, "lattice": lattice.space_group_GxN}.get(
+    perms = {"translations": lattice.translations_TxN, "point": lattice.point_group_PxN,
+             "lattice": lattice.space_group_GxN}.get(
         symmetries, np.arange(lattice.n_sites, dtype=np.int32)[None])
     weights = np.ones(len(perms), np.complex128)
     if momentum is not None:

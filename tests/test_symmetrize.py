@@ -158,3 +158,45 @@ def test_lattice_keys():
     np.testing.assert_array_equal(weight_G, [1] * 128 + [-1] * 128)
     graph = symmetrize.lattice_of(hb.graph(3, [[0, 1], [1, 2]]))
     np.testing.assert_array_equal(graph.space_group_GxN, [[0, 1, 2]])
+
+
+# --- symmetries=point: the space group at 1/T the cost, for translation-invariant models -------
+
+@pytest.mark.parametrize("make, n_point", [(lambda: hb.chain(6), 2), (lambda: hb.square(4), 8),
+                                           (lambda: hb.square(Lx=2, Ly=4), 2), (lambda: hb.triangular(3), 12),
+                                           (lambda: hb.honeycomb(2), 12)])
+def test_point_rows_are_one_per_coset_of_the_translations(make, n_point):
+    """(On the 2 x 4 torus the mirror x -> -x is the identity on two columns: 2 cosets, not 4.)"""
+    lattice = symmetrize.lattice_of(make())
+    point_PxN, group_GxN = lattice.point_group_PxN, lattice.space_group_GxN
+    assert point_PxN.shape == (n_point, lattice.n_sites) and len(group_GxN) == n_point * len(lattice.translations)
+    np.testing.assert_array_equal(point_PxN[0], np.arange(lattice.n_sites))
+    # every space-group element is exactly one translation after exactly one of the rows
+    products = {tuple(t[p].tolist()) for p in point_PxN for t in lattice.translations_TxN}
+    assert products == {tuple(g.tolist()) for g in group_GxN}
+
+
+@pytest.mark.parametrize("parity", [None, 1])
+@pytest.mark.parametrize("make", [
+    lambda h, s, p: RBMSymm(alpha=2, group="translations", symmetries=s, parity=p, param_dtype=jnp.complex128, hilbert=h),
+    lambda h, s, p: CNN(channels=2, depth=2, symmetries=s, parity=p, param_dtype=jnp.float64, hilbert=h)])
+def test_point_projection_of_a_translation_invariant_model_is_the_lattice_one(make, parity):
+    """log psi_point = log psi_lattice - log T on the 4x4 torus, for every configuration."""
+    hilbert = hb.square(4)
+    states = jnp.asarray(hb.all_states(hilbert._replace(total_sz=0.0))[::97])
+    point, full = make(hilbert, "point", parity), make(hilbert, "lattice", parity)
+    params = point.init(jax.random.PRNGKey(1), states[0])["params"]
+    params = jax.tree_util.tree_map(lambda x: 5 * x, params)
+    got = np.asarray(point.apply({"params": params}, states))
+    expected = np.asarray(full.apply({"params": params}, states)) - np.log(16)
+    assert np.ptp(got.real) > 1e-2
+    np.testing.assert_allclose(got.real, expected.real, atol=1e-10)
+    np.testing.assert_allclose(np.exp(1j * (got.imag - expected.imag)), 1.0, atol=1e-9)
+
+
+def test_point_projection_is_refused_where_the_model_is_not_translation_invariant():
+    with pytest.raises(ConfigError) as info:
+        ViT(patch_size=2, d_model=4, n_heads=2, symmetries="point", hilbert=hb.square(4))
+    assert info.value.key == "symmetries" and "translations" in str(info.value)
+    with pytest.raises(ConfigError):
+        CNN(channels=2, symmetries="point", hilbert=hb.square(4, pbc=False))
