@@ -170,8 +170,10 @@ def local_energies(problem: Problem, params, sigma_CxTxN):
 
 # The nonzero (sample, connected configuration) pairs of a chain are evaluated in blocks of
 # 1/NONZERO_BLOCKS of all its pairs: at most that fraction of the full work is spent on padding,
-# and the model sees C x block configurations at a time (memory bounded by the block).
-NONZERO_BLOCKS = 8
+# and the model sees C x block configurations at a time (memory bounded by the block). Each block
+# is one more copy of the model in the compiled step: more blocks waste less and compile longer
+# (bench: docs/benchmarks.md, "Deep models").
+NONZERO_BLOCKS = 16
 
 
 def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
