@@ -36,11 +36,22 @@ def test_the_first_signal_names_the_stop():
 
 
 def test_second_ctrl_c_aborts_at_once():
-    with StopRequest() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-        assert stop.requested() and stop.status == "interrupted"
+    """The second SIGINT leaves from the handler itself: its sentence, exit 130, no traceback
+    (in a subprocess: it ends the process)."""
+    import subprocess
+    import sys
+
+    script = ("import os, signal, time\n"
+              "from runner.preemption import StopRequest\n"
+              "with StopRequest() as stop:\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    assert stop.requested() and stop.status == 'interrupted'\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    time.sleep(10)\n"
+              "print('not reached')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == preemption.SECOND_INTERRUPT and proc.stdout == ""
 
 
 def test_handlers_are_restored():
