@@ -34,9 +34,7 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 
 from models import RBMSymm, fast_paths  # noqa: E402
 from runner import hilbert as hb  # noqa: E402
-from runner import operators  # noqa: E402
-
-EXACT = -33.8316934056  # dense diagonalisation (tests/test_hilbert.py)
+from runner import exact, operators  # noqa: E402
 
 
 def orbits(lattice):
@@ -45,6 +43,17 @@ def orbits(lattice):
     canonical = np.stack([hb.states_to_codes(states[:, g]) for g in np.asarray(lattice.space_group)]).min(0)
     _, first, sizes = np.unique(canonical, return_index=True, return_counts=True)
     return jnp.asarray(states[first], jnp.int8), jnp.asarray(sizes, jnp.float64), len(states)
+
+
+def weighted_local_energies(ham, model, params, states, sizes):
+    """(w, E_loc) on the orbit representatives: w = size |psi|^2, normalised, so that
+    sum w E_loc is the energy of the whole sector (E_loc by the model's local ratios)."""
+    logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
+    log_psi = logpsi(params, states)
+    w = sizes * jnp.exp(2 * (log_psi.real - log_psi.real.max()))
+    ratio = fast_paths.resolve(model).ratio
+    eloc = jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio))(states)
+    return w / w.sum(), eloc
 
 
 def main(argv=None):
@@ -62,18 +71,14 @@ def main(argv=None):
     states, sizes, n_states = orbits(lattice)
     key = jax.random.fold_in(jax.random.PRNGKey(args.seed), 2**31 - 1)  # as runner.vmc.init_state
     flat, unravel = ravel_pytree(model.init(key, states[0])["params"])
-    logpsi = lambda params, s: model.apply({"params": params}, s)  # noqa: E731
-    ratio = fast_paths.resolve(model).ratio
+    exact_energy = exact.ground_energy(ham, lattice)
+    logpsi = lambda f, s: model.apply({"params": unravel(f)}, s)  # noqa: E731
 
     @jax.jit
     def step(flat):
-        params = unravel(flat)
-        log_psi = logpsi(params, states)
-        w = sizes * jnp.exp(2 * (log_psi.real - log_psi.real.max()))
-        w = w / w.sum()
-        eloc = jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio))(states)
+        w, eloc = weighted_local_energies(ham, model, unravel(flat), states, sizes)
         energy = jnp.sum(w * eloc)
-        O = jax.vmap(jax.grad(lambda f, s: logpsi(unravel(f), s), holomorphic=True), in_axes=(None, 0))(flat, states)
+        O = jax.vmap(jax.grad(logpsi, holomorphic=True), in_axes=(None, 0))(flat, states)
         Obar = O - jnp.sum(w[:, None] * O, axis=0)
         S = (jnp.conj(Obar) * w[:, None]).T @ Obar
         F = (jnp.conj(Obar) * w[:, None]).T @ (eloc - energy)
@@ -87,7 +92,7 @@ def main(argv=None):
         flat, energy, variance = step(flat)
         if i % 100 == 0 or i == args.steps - 1:
             energy = float(energy)
-            print(f"{i} {energy:.6f} {(energy - EXACT) / abs(EXACT):.2e} {float(variance):.4f} "
+            print(f"{i} {energy:.6f} {(energy - exact_energy) / abs(exact_energy):.2e} {float(variance):.4f} "
                   f"{time.perf_counter() - start:.1f}", flush=True)
 
 

@@ -182,14 +182,15 @@ def test_scaling_points_vary_one_knob_each():
     assert {v for b, v, _, _ in points if b == "layouts"} == set(scaling.LAYOUTS)
 
 
-@pytest.mark.slow
 def test_noise_free_sr_sums_over_the_orbits_as_over_all_states(capsys):
-    """bench/noise_free_sr.py: the orbit-weighted sum gives the energy of the whole Sz = 0 sector."""
+    """bench/noise_free_sr.py: the orbit-weighted sum of local energies is the exact energy of the
+    whole Sz = 0 sector (`runner.exact.energy_of`, a sparse matvec on all 12,870 states)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from models import RBMSymm, fast_paths
+    from models import RBMSymm
+    from runner import exact
     from runner import hilbert as hb
     from runner import operators
 
@@ -201,17 +202,10 @@ def test_noise_free_sr_sums_over_the_orbits_as_over_all_states(capsys):
     model = RBMSymm(alpha=2, group="lattice", param_dtype=jnp.complex128, hilbert=lattice)
     params = model.init(jax.random.PRNGKey(0), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: 10 * x, params)
-    logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
-
-    def energy(configurations, weights):
-        log_psi = logpsi(params, configurations)
-        w = weights * jnp.exp(2 * (log_psi.real - log_psi.real.max()))
-        ratio = fast_paths.resolve(model).ratio
-        eloc = jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio))(configurations)
-        return float(jnp.sum(w * eloc).real / jnp.sum(w))
-
-    everything = jnp.asarray(hb.all_states(lattice), jnp.int8)
-    np.testing.assert_allclose(energy(states, sizes), energy(everything, jnp.ones(len(everything))), rtol=1e-12)
+    w, eloc = noise_free.weighted_local_energies(ham, model, params, states, sizes)
+    log_psi = np.asarray(model.apply({"params": params}, jnp.asarray(hb.all_states(lattice))))
+    expected = exact.energy_of(ham, lattice, np.exp(log_psi - log_psi.real.max()))
+    np.testing.assert_allclose(float(jnp.sum(w * eloc).real), expected, rtol=1e-12)
     noise_free.main(["--alpha", "1", "--steps", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "alpha 1: 18 parameters; 153 orbits of 12870 configurations" and len(lines) == 4
