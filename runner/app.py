@@ -24,8 +24,8 @@ from runner.errors import ConfigError
 from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
 from runner.preemption import StopRequest, exit_status
-from runner.sampler import ExactSampler
-from runner.vmc import estimate, init_state, vmc_step
+from runner.sampler import ExactSampler, FullSumSampler
+from runner.vmc import estimate, full_sum_invariance_error, init_state, vmc_step
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +263,17 @@ class MetricsLog:
                 self.tracking.log_metrics(record)
 
 
+def _check_full_sum(problem, seed):
+    """Exit 2 with the sentence when a full sum over orbits does not fit the model (checked on
+    the seed's initial parameters and another draw, on this process's default device)."""
+    sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
+    draws = lambda: [problem.model.init(jax.random.PRNGKey(k), sigma_N)["params"] for k in (seed, seed + 1)]  # noqa: E731
+    error = full_sum_invariance_error(problem, draws) if isinstance(problem.sampler, FullSumSampler) else None
+    if error is not None:
+        print(f"Config error: {ConfigError('sampler.symmetry', error).sentence()}", file=sys.stderr)
+        sys.exit(2)
+
+
 def _place_state(problem, settings, layout):
     """Initial state, created directly with its shardings (chains split, rest replicated)."""
     sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
@@ -307,6 +318,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
         (run_dir / SUMMARY).unlink(missing_ok=True)  # starting over: no stale summary of another run
 
     exact_energy = _exact_energy(experiment)
+    _check_full_sum(problem, settings.seed)
 
     state, shardings = _place_state(problem, settings, layout)
     if not resuming:  # a warm start (init_from) replaces the initial parameters (and chains)
@@ -369,7 +381,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
         fingerprint.stamp(summary, settings.fingerprint)
         # judged on completed runs only: a stopped run has no final estimate to judge
         summary["warnings"] = health.check(summary, metrics_log.records,
-                                           metropolis=not isinstance(problem.sampler, ExactSampler),
+                                           metropolis=not isinstance(problem.sampler, (ExactSampler, FullSumSampler)),
                                            cg_maxiter=_cg_maxiter(problem)) if status == "completed" else []
         if _is_writer():
             (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")

@@ -12,7 +12,9 @@ from models.fast_paths import check as check_fast_paths
 from runner import fingerprint, observables, precond, restore, schedules
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
+from runner import operators
 from runner.operators import Hamiltonian
+from runner.sampler import FullSumSampler, symmetry_group
 from runner.vmc import Problem
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
@@ -170,6 +172,28 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
         )
 
 
+def _check_full_sum(config, problem, observed):
+    """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), SPRING
+    (its kernel correction assumes equal sample weights), observables (not summed yet) and a
+    symmetry that H does not have. (The model's invariance needs its evaluation: checked when the
+    run starts, `runner.vmc.full_sum_invariance_error`.)"""
+    sampler = problem.sampler
+    if sampler.symmetry != "none":
+        g = operators.not_invariant_under(problem.hamiltonian, symmetry_group(sampler.hilbert, sampler.symmetry))
+        if g is not None:
+            raise ConfigError("sampler.symmetry", f"{sampler.symmetry} needs a Hamiltonian invariant under the "
+                                                  f"group, and this one is not (element {g}); use sampler.symmetry=none")
+    if problem.clip_local_energy is not None:
+        raise ConfigError("clip_local_energy", "must be null with sampler=full_sum (exact sums have no outlying "
+                                               "samples to clip)")
+    if config["preconditioner"].get("momentum"):
+        raise ConfigError("preconditioner.momentum", "must be 0 with sampler=full_sum (SPRING assumes equally "
+                                                     "weighted samples)")
+    if observed is not None:
+        raise ConfigError("observables", "must be none with sampler=full_sum (observables are not summed over "
+                                         "the space yet); use observables=none")
+
+
 def _with_schedule(config: dict, group: str, key: str):
     """(the group's node, schedule): a `_target_` node under `group.key` built into a schedule
     (a function of the VMC step, runner.schedules) and checked, the node carrying the schedule in
@@ -231,4 +255,6 @@ def build(config: dict, sweep_job=None) -> Experiment:
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
                       None if clip is None else float(clip))
     observed = observables.build(config.get("observables"), hilbert, hamiltonian)
+    if isinstance(sampler, FullSumSampler):
+        _check_full_sum(config, problem, observed)
     return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed)

@@ -85,7 +85,7 @@ def evaluate(run_dir, overrides=()) -> dict:
 
     from runner import observables, parallel
     from runner.sampler import init_chains
-    from runner.vmc import estimate
+    from runner.vmc import estimate, full_sum_invariance_error
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
@@ -98,6 +98,9 @@ def evaluate(run_dir, overrides=()) -> dict:
 
     trained = restore.load(run_dir)
     state = trained.state
+    error = full_sum_invariance_error(problem, [trained.state.params])
+    if error is not None:
+        raise ConfigError("sampler.symmetry", error)
     run_sampler = trained.experiment.problem.sampler
     continued = problem.sampler.n_chains == run_sampler.n_chains and settings.seed == trained.experiment.settings.seed
     if not continued:

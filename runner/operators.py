@@ -214,6 +214,25 @@ def _np_signs(sign_sites_TxS, sigma_ext_AxN1):
     return np.prod(sigma_ext_AxN1[:, sign_sites_TxS], axis=-1).astype(np.float64)
 
 
+def not_invariant_under(ham: PauliSum, perm_GxN) -> int | None:
+    """The first row g of the site permutations perm_GxN (site i -> perm[g, i]) that does not map
+    the operator's strings onto themselves with the same coefficients, None when every row does
+    (H commutes with the whole group)."""
+    def strings(perm):
+        out = {}
+        for coeff, ops, sites in ham.terms:
+            key = tuple(sorted((int(perm[s]), op) for op, s in zip(ops, sites)))
+            out[key] = out.get(key, 0) + coeff
+        return out
+
+    base = strings(np.arange(ham.n_sites))
+    for g, perm in enumerate(np.asarray(perm_GxN)):
+        moved = strings(perm)
+        if moved.keys() != base.keys() or any(abs(moved[k] - base[k]) > 1e-12 * max(1.0, abs(base[k])) for k in base):
+            return g
+    return None
+
+
 def is_stoquastic(ham: PauliSum, tol: float = 1e-12) -> bool:
     """Every off-diagonal element <sigma'|H|sigma> is real and <= 0, for every configuration."""
     for group in ham.groups:

@@ -1,4 +1,5 @@
-"""Markov-chain and exact samplers of |psi|^2, written for one global chain axis.
+"""Markov-chain and exact samplers of |psi|^2, and the full sum over a small space, written for
+one global chain axis.
 
 Every chain owns one PRNG key, derived from the seed and its global index, so the samples do
 not depend on how chains are spread over devices or processes. Proposal rules are small
@@ -7,6 +8,7 @@ functions of one chain, batched with `vmap`.
 
 import dataclasses
 import functools
+import logging
 from typing import Callable, NamedTuple
 
 import jax
@@ -14,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from runner.errors import ConfigError, require_int
-from runner.hilbert import Hilbert, all_states
+from runner.hilbert import Hilbert, all_states, states_to_codes
 
 
 class ChainState(NamedTuple):
@@ -162,6 +164,44 @@ class ExactSampler:
 
 
 EXACT_SAMPLER_MAX_STATES = 2**16
+FULL_SUM_MAX_STATES = 2**16
+FULL_SUM_SYMMETRIES = ("none", "translations", "lattice")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FullSumSampler:
+    """Not a sampler: every configuration of the space, each weighted by its exact |psi|^2, so
+    every expectation value is a sum, not an estimate (no statistical error).
+
+    With a `symmetry` group under which |psi|, log psi's derivatives and H are invariant (checked
+    when the run is built, `runner.build`), one configuration per orbit stands for the whole
+    orbit, weighted by the orbit's size.
+
+    Attributes:
+        hilbert: the space summed over.
+        n_chains: rows of the [C, T] layout (sharded over devices like chains); the
+            configurations are spread over them in order, the last ones padded with weight 0.
+        symmetry: none | translations | lattice.
+        sigma_CxTxN: int8, the configurations (orbit representatives), padded.
+        log_size_CxT: log of each one's orbit size (0 without symmetry), -inf for padding.
+        n_configurations: the number of configurations summed over (orbits with symmetry).
+    """
+
+    hilbert: Hilbert
+    n_chains: int
+    symmetry: str
+    sigma_CxTxN: np.ndarray
+    log_size_CxT: np.ndarray
+    n_configurations: int
+
+    @property
+    def n_samples(self) -> int:
+        """Rows of the layout, padding included (what the VMC core iterates over)."""
+        return self.sigma_CxTxN.shape[0] * self.sigma_CxTxN.shape[1]
+
+    @property
+    def samples_per_chain(self) -> int:
+        return self.sigma_CxTxN.shape[1]
 
 
 def _check_counts(n_samples, n_chains):
@@ -241,6 +281,73 @@ def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16) -> ExactS
     return ExactSampler(hilbert, n_samples, n_chains)
 
 
+def symmetry_group(hilbert: Hilbert, symmetry: str) -> np.ndarray:
+    """int32 [G, N] the site permutations of `symmetry` (none: the identity)."""
+    if symmetry == "translations":
+        return np.asarray(hilbert.translations, np.int32)
+    if symmetry == "lattice" and hilbert.space_group is not None:
+        return np.asarray(hilbert.space_group, np.int32)
+    return np.arange(hilbert.n_sites, dtype=np.int32)[None]
+
+
+def orbits(states_DxN: np.ndarray, group_GxN: np.ndarray):
+    """(one configuration per orbit of the group [O, N], the orbits' sizes [O]), in the order of
+    each orbit's first member in `states_DxN` (which must be closed under the group)."""
+    canonical_D = np.min(np.stack([states_to_codes(states_DxN[:, g]) for g in group_GxN]), axis=0)
+    _, first_O, size_O = np.unique(canonical_D, return_index=True, return_counts=True)
+    order = np.argsort(first_O)
+    return states_DxN[first_O[order]], size_O[order]
+
+
+def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_samples: int | None = None
+             ) -> FullSumSampler:
+    """Sums over every configuration of the space (at most 2^16 of them, or of their orbits) with
+    weights |psi|^2: exact expectation values for small lattices. `symmetry`: sum over one
+    configuration per orbit of translations or of the whole space group (lattice), for a model
+    and Hamiltonian invariant under it (checked when the run is built). `n_samples` is not used
+    (the sum covers the whole space; a warning says so): accepted so that a config written for a
+    sampler (an experiment, debug=fast) can switch to sampler=full_sum."""
+    require_int("n_chains", n_chains, minimum=1)
+    if symmetry not in FULL_SUM_SYMMETRIES:
+        raise ConfigError("symmetry", f"must be one of {', '.join(FULL_SUM_SYMMETRIES)} (got {symmetry!r})")
+    if hilbert.n_states > FULL_SUM_MAX_STATES:
+        raise ConfigError(
+            "sampler",
+            f"full_sum needs a Hilbert space of at most {FULL_SUM_MAX_STATES} states "
+            f"(this one has {hilbert.n_states}); use metropolis_local or metropolis_exchange",
+        )
+    states_DxN = all_states(hilbert)
+    if symmetry == "none":
+        size_D = np.ones(len(states_DxN), np.int64)
+    else:
+        states_DxN, size_D = orbits(states_DxN, symmetry_group(hilbert, symmetry))
+    D = len(states_DxN)
+    if n_samples is not None:
+        logging.warning("sampler.n_samples=%s is not used by full_sum, which sums over all %d configurations%s",
+                        n_samples, D, "" if symmetry == "none" else " (orbits)")
+    T = max(2, -(-D // n_chains))
+    pad = n_chains * T - D
+    sigma = np.concatenate([states_DxN, np.repeat(states_DxN[:1], pad, axis=0)])
+    with np.errstate(divide="ignore"):
+        log_size = np.log(np.concatenate([size_D, np.zeros(pad, np.int64)]).astype(np.float64))
+    return FullSumSampler(hilbert, n_chains, symmetry, sigma.reshape(n_chains, T, -1),
+                          log_size.reshape(n_chains, T), D)
+
+
+def full_sum_weights(sampler: FullSumSampler, amplitude: "Amplitude", params, sigma_CxTxN):
+    """w [C, T]: |psi|^2 times the orbit size, normalised to sum 1 (0 on the padding).
+
+    The largest log-weight (a max: exact in any order) is taken out before exponentiating and
+    the normaliser is a `chain_sum`, so the weights are the same bits on every layout."""
+    from runner.stats import chain_sum
+
+    C, T, N = sigma_CxTxN.shape
+    log_abs_CxT = amplitude.init(amplitude.prepare(params), sigma_CxTxN.reshape(C * T, N))[0].reshape(C, T)
+    log_w_CxT = 2.0 * log_abs_CxT + jnp.asarray(sampler.log_size_CxT, log_abs_CxT.dtype)
+    w_CxT = jnp.exp(log_w_CxT - jnp.max(log_w_CxT))
+    return w_CxT / chain_sum(jnp.sum(w_CxT, axis=1))
+
+
 # --- chains -------------------------------------------------------------------------------
 
 
@@ -285,6 +392,9 @@ def sample(sampler, amplitude: Amplitude, params, chains: ChainState):
     """
     if isinstance(sampler, ExactSampler):
         return _sample_exact(sampler, amplitude, params, chains)
+    if isinstance(sampler, FullSumSampler):  # the same configurations every call
+        sigma_CxTxN = jnp.asarray(sampler.sigma_CxTxN)
+        return chains, sigma_CxTxN, jnp.ones(())
     return _sample_metropolis(sampler, amplitude, params, chains)
 
 

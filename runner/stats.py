@@ -60,6 +60,13 @@ def clip_outliers(x_CxT, width):
     return jnp.where(over, center + dev_CxT * (limit / jnp.where(over, size_CxT, 1.0)), x_CxT)
 
 
+def weighted_mean(x_CxT, w_CxT):
+    """sum w x over the first two axes [...], for weights w [C, T] that sum to 1; a term of
+    weight 0 adds 0 even where x is not finite (a padding row, a node of psi)."""
+    w = w_CxT.reshape(w_CxT.shape + (1,) * (x_CxT.ndim - 2))
+    return chain_sum(jnp.sum(jnp.where(w > 0, w * x_CxT, 0), axis=1))
+
+
 class Stats(NamedTuple):
     """Summary of a [C, T] array of samples (C chains of T samples)."""
 
@@ -102,7 +109,16 @@ def _split_r_hat(x_CxT):
     return jnp.sqrt(var_plus / jnp.where(within > 0, within, 1.0))
 
 
-def statistics(x_CxT) -> Stats:
+def exact_statistics(x_CxT, w_CxT) -> Stats:
+    """Stats of values with exact weights (a full sum, `runner.sampler.full_sum`): the weighted
+    mean and variance, no statistical error (0), tau 0, R-hat not defined (NaN)."""
+    mean = weighted_mean(x_CxT, w_CxT)
+    variance = weighted_mean(jnp.abs(x_CxT - mean) ** 2, w_CxT)
+    zero = jnp.zeros((), variance.dtype)
+    return Stats(mean, zero, variance, zero, jnp.full((), jnp.nan, variance.dtype))
+
+
+def statistics(x_CxT, w_CxT=None) -> Stats:
     """Statistics of samples laid out as C chains of T consecutive samples.
 
     Every reduction over chains is a `chain_sum` of per-chain partials, so the statistics are
@@ -112,10 +128,13 @@ def statistics(x_CxT) -> Stats:
 
     Args:
         x_CxT: samples, real or complex, [C, T].
+        w_CxT: None for samples of |psi|^2; exact weights (`exact_statistics`) for a full sum.
 
     Returns:
         Stats with real scalars except `mean`, which keeps the dtype of x.
     """
+    if w_CxT is not None:
+        return exact_statistics(x_CxT, w_CxT)
     mean = chain_mean(x_CxT)
     variance = chain_mean(jnp.abs(x_CxT - mean) ** 2)
     real_CxT = jnp.real(x_CxT)

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
@@ -20,8 +21,9 @@ from models import fast_paths
 from runner import operators
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
-from runner.sampler import Amplitude, ChainState, init_chains, plain_amplitude, sample
-from runner.stats import chain_mean, chain_sum, clip_outliers, statistics
+from runner.sampler import (Amplitude, ChainState, FullSumSampler, full_sum_weights, init_chains, plain_amplitude,
+                            sample, symmetry_group)
+from runner.stats import chain_mean, chain_sum, clip_outliers, statistics, weighted_mean
 
 
 class VMCState(NamedTuple):
@@ -301,10 +303,31 @@ def _block_products(problem: Problem, params, mode):
     return products
 
 
-def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
-    """The centred, scaled log-derivatives Obar = (O - <O>) / sqrt(N_s) of the samples, both
-    as a dense matrix (built only if a preconditioner asks) and as products with vectors
-    (a forward and a transposed derivative of log psi over the batch, O never formed).
+def centred(x_CxTx, w_CxT=None):
+    """The rows of the natural gradient's Jacobian or residuals: (x - <x>) / sqrt(N_s) for
+    samples of |psi|^2 (w None), sqrt(w) (x - sum w x) for a full sum with weights w [C, T]
+    (0 where w is 0). Sums are `chain_mean` / `weighted_mean`: the same bits on every layout."""
+    if w_CxT is None:
+        n_samples = x_CxTx.shape[0] * x_CxTx.shape[1]
+        return (x_CxTx - chain_mean(x_CxTx)) / jnp.sqrt(n_samples)
+    w = w_CxT.reshape(w_CxT.shape + (1,) * (x_CxTx.ndim - 2))
+    return jnp.where(w > 0, jnp.sqrt(w) * (x_CxTx - weighted_mean(x_CxTx, w_CxT)), 0)
+
+
+def _centred_cotangent(c_CxT, w_CxT=None):
+    """c' with sum_s O_s c'_s = sum_s Obar_s c_s for Obar = `centred`(O): centring the
+    cotangent instead of O. With weights: c' = sqrt(w) c - w sum sqrt(w) c."""
+    if w_CxT is None:
+        return centred(c_CxT)
+    root_c = jnp.where(w_CxT > 0, jnp.sqrt(w_CxT) * c_CxT, 0)
+    return root_c - w_CxT * chain_sum(jnp.sum(root_c, axis=1))
+
+
+def jacobian(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> Jacobian:
+    """The centred, scaled log-derivatives Obar = (O - <O>) / sqrt(N_s) of the samples (with
+    full-sum weights w: sqrt(w) (O - sum w O), `centred`), both as a dense matrix (built only
+    if a preconditioner asks) and as products with vectors (a forward and a transposed
+    derivative of log psi over the batch, O never formed).
 
     Every sum over samples is taken per chain and the chains combined by `chain_sum`, so the
     products are bitwise the same on every layout. With `chunk_size` the products go
@@ -318,7 +341,7 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
 
     def dense():
         O_CxTxP = log_derivatives(problem, params, sigma_CxTxN, mode)
-        Obar_SxP = ((O_CxTxP - chain_mean(O_CxTxP)) / jnp.sqrt(n_samples)).reshape(n_samples, -1)
+        Obar_SxP = centred(O_CxTxP, w_CxT).reshape(n_samples, -1)
         # Materialise the transpose: left to itself XLA folds it into the products that
         # follow and picks a layout about 2x slower on CPU.
         return jax.lax.optimization_barrier(Obar_SxP.T)
@@ -334,21 +357,19 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode) -> Jacobian:
         transpose_CxP = lambda c_CxT: _accumulate_over_samples(  # noqa: E731
             lambda s, c: products(s)[1](c), sigma_CxTxN, c_CxT, chunk)
 
-    def centre(y_CxT):
-        return ((y_CxT - chain_mean(y_CxT)) / jnp.sqrt(n_samples)).astype(out_dtype)
-
     return from_products(
         dense,
-        lambda v: centre(jvp_CxT(v)).reshape(n_samples),
-        lambda w: chain_sum(transpose_CxP(centre(w.reshape(C, T)))),
-        out_dtype, n_samples, mode, n_chains=C, chunks=_sample_chunks(problem, params, sigma_CxTxN, mode),
+        lambda v: centred(jvp_CxT(v), w_CxT).astype(out_dtype).reshape(n_samples),
+        lambda c: chain_sum(transpose_CxP(_centred_cotangent(c.reshape(C, T), w_CxT).astype(out_dtype))),
+        out_dtype, n_samples, mode, n_chains=C, chunks=_sample_chunks(problem, params, sigma_CxTxN, mode, w_CxT),
     )
 
 
-def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode) -> SampleChunks:
+def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> SampleChunks:
     """Obar in chunks of `chunk_per_chain` samples of every chain (one chunk without
     chunk_size), for minSR's kernel: O of a chunk is made when it is asked for, centred with
-    the mean over all samples, which `start` computes in a first pass over the chunks."""
+    the mean over all samples (weighted by w for a full sum), which `start` computes in a first
+    pass over the chunks."""
     C, T = sigma_CxTxN.shape[:2]
     n_samples = C * T
     derivatives = _per_sample_derivatives(problem, params, mode, sigma_CxTxN[0, 0])
@@ -360,50 +381,73 @@ def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode) -> SampleChunks:
         n = next(m for m in (4, 2, 1) if T % m == 0)
 
         def start():
-            O_CxTxP = derivatives(sigma_CxTxN)
-            Obar_CxTxP = (O_CxTxP - chain_mean(O_CxTxP)) / jnp.sqrt(n_samples)
+            Obar_CxTxP = centred(derivatives(sigma_CxTxN), w_CxT)
             return lambda k: jax.lax.dynamic_slice_in_dim(Obar_CxTxP, k * (T // n), T // n, axis=1)
 
         return SampleChunks(n, start)
 
-    def start():
-        sum_CxP = _accumulate_over_samples(lambda s, _: jnp.sum(derivatives(s), axis=1), sigma_CxTxN,
-                                           jnp.zeros((C, T)), chunk)
-        mean_P = chain_sum(sum_CxP) / n_samples
-        return lambda k: (derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1))
-                          - mean_P) / jnp.sqrt(n_samples)
+    if w_CxT is None:
+        def start():
+            sum_CxP = _accumulate_over_samples(lambda s, _: jnp.sum(derivatives(s), axis=1), sigma_CxTxN,
+                                               jnp.zeros((C, T)), chunk)
+            mean_P = chain_sum(sum_CxP) / n_samples
+            return lambda k: (derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1))
+                              - mean_P) / jnp.sqrt(n_samples)
 
-    return SampleChunks(T // chunk, start)
+        return SampleChunks(T // chunk, start)
+
+    def weighted_start():
+        def weighted_sum(s, w):
+            return jnp.sum(jnp.where(w[..., None] > 0, w[..., None] * derivatives(s), 0), axis=1)
+
+        mean_P = chain_sum(_accumulate_over_samples(weighted_sum, sigma_CxTxN, w_CxT, chunk))
+
+        def chunk_k(k):
+            w = jax.lax.dynamic_slice_in_dim(w_CxT, k * chunk, chunk, axis=1)[..., None]
+            O = derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1))
+            return jnp.where(w > 0, jnp.sqrt(w) * (O - mean_P), 0)
+
+        return chunk_k
+
+    return SampleChunks(T // chunk, weighted_start)
 
 
-def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0):
+def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0, w_CxT=None):
     """Statistics of E_loc, the preconditioned gradient as a parameter pytree, the
     preconditioner's next state (`solver`: its state from the previous step) and its info
     (a dict of scalars for the metrics: CG's iterations and residual; {} for direct solvers).
-    `step`: the VMC step, which a diag_shift schedule reads.
+    `step`: the VMC step, which a diag_shift schedule reads. `w_CxT`: a full sum's weights
+    (`draw`), None for samples.
 
     Gradient convention (NetKet 3.23's, so learning rates transfer): dE/dtheta = 2 Re<O* (E_loc - E)>
     for real parameters; dE/dx + i dE/dy = 2 <O* (E_loc - E)> for complex z = x + i y, so a
     complex parameter moves exactly as the pair (x, y) of real ones would.
     """
     eloc_CxT = local_energies(problem, params, sigma_CxTxN)
-    stats = statistics(eloc_CxT)
+    stats = statistics(eloc_CxT, w_CxT)
     mode = gradient_mode(params, problem.model)
-    jac = jacobian(problem, params, sigma_CxTxN, mode)
-    n_samples = eloc_CxT.size
+    jac = jacobian(problem, params, sigma_CxTxN, mode, w_CxT)
     if problem.clip_local_energy is None:
-        eps_S = (eloc_CxT.reshape(-1) - stats.mean) / jnp.sqrt(n_samples)
+        eps_S = centred(eloc_CxT, w_CxT).reshape(-1)
     else:
         # A sample beside a near-node of psi (|psi(s)| << |psi(s')|) has a huge E_loc: rare,
         # but one such sample's gradient can throw the parameters far away.
-        clipped_CxT = clip_outliers(eloc_CxT, problem.clip_local_energy)
-        eps_S = (clipped_CxT.reshape(-1) - chain_mean(clipped_CxT)) / jnp.sqrt(n_samples)
+        eps_S = centred(clip_outliers(eloc_CxT, problem.clip_local_energy)).reshape(-1)
     solution_P, solver, info = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver,
                                                            step)
     flat, unravel = ravel_pytree(params)
     # In split coordinates the solution is (dE/dx, dE/dy); the update is dE/dx + i dE/dy.
     update_P = from_split(solution_P) if mode == "split" else solution_P
     return stats, unravel(update_P.astype(flat.dtype)), solver, info
+
+
+def draw(problem: Problem, params, chains: ChainState):
+    """(chains, sigma [C, T, N], w [C, T] or None, acceptance): samples of |psi|^2 from the
+    problem's sampler (w None), or a full sum's configurations and their exact weights."""
+    chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, params, chains)
+    if not isinstance(problem.sampler, FullSumSampler):
+        return chains, sigma_CxTxN, None, acceptance
+    return chains, sigma_CxTxN, full_sum_weights(problem.sampler, problem.amplitude, params, sigma_CxTxN), acceptance
 
 
 def vmc_step(problem: Problem, state: VMCState, observe=None):
@@ -417,10 +461,9 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
         *before* the update (the energy the samples estimate), and the preconditioner's info
         (`cg_iters`, `cg_residual` when SR solves with CG).
     """
-    chains, sigma_CxTxN, acceptance = sample(
-        problem.sampler, problem.amplitude, state.params, state.chains
-    )
-    stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step)
+    chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
+    stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step,
+                                                   w_CxT)
     if problem.learning_rate is not None:  # a schedule: the value this step's update uses, for the metrics
         info = {**info, "learning_rate": problem.learning_rate(state.step)}
     observed = observe(state.params, sigma_CxTxN, state.step) if observe is not None else {}
@@ -434,11 +477,15 @@ def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
     """Energy statistics at the current parameters from fresh samples (no update).
 
     Draws `n_rounds` consecutive rounds of `n_samples`; each chain's rounds are treated as
-    one longer chain, so the error and tau account for correlations between rounds.
+    one longer chain, so the error and tau account for correlations between rounds. A full sum
+    is summed once (more rounds would repeat it).
 
     Returns:
         (chains, metrics) with the advanced chains.
     """
+    if isinstance(problem.sampler, FullSumSampler):
+        chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
+        return chains, _metrics(statistics(local_energies(problem, state.params, sigma_CxTxN), w_CxT), acceptance)
 
     def one_round(chains, _):
         chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
@@ -447,6 +494,42 @@ def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
     chains, (eloc_RxCxT, acceptance_R) = jax.lax.scan(one_round, state.chains, length=n_rounds)
     eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
     return chains, _metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R))
+
+
+def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
+    """Why a full sum over orbits (`runner.sampler.full_sum` with a symmetry) would be wrong for
+    this problem, or None: H must map onto itself under every group element, and for each of the
+    given parameter sets |psi| and the log-derivatives O must be the same on every image of a
+    few of the summed configurations (so psi, E_loc and O are constant on each orbit, up to a
+    parameter-independent phase: a momentum or parity sector). `params_list`: parameter sets, or
+    a function giving them (called only when there is a symmetry to check). Evaluates the model:
+    call it after the runtime is set up."""
+    sampler = problem.sampler
+    if not isinstance(sampler, FullSumSampler) or sampler.symmetry == "none":
+        return None
+    group_GxN = symmetry_group(sampler.hilbert, sampler.symmetry)
+    g = operators.not_invariant_under(problem.hamiltonian, group_GxN)
+    if g is not None:
+        return (f"{sampler.symmetry} needs a Hamiltonian invariant under the group, and this one is not "
+                f"(element {g}); use sampler.symmetry=none")
+    N = sampler.hilbert.n_sites
+    reps_KxN = sampler.sigma_CxTxN.reshape(-1, N)[: sampler.n_configurations]
+    reps_KxN = reps_KxN[np.linspace(0, len(reps_KxN) - 1, min(8, len(reps_KxN))).astype(int)]
+    images_KxGxN = jnp.asarray(reps_KxN[:, group_GxN])
+    for params in (params_list() if callable(params_list) else params_list):
+        mode = gradient_mode(params, problem.model)
+        log_psi_KxG = problem.logpsi(params, images_KxGxN)
+        O_KxGxP = log_derivatives(dataclasses.replace(problem, chunk_size=None), params, images_KxGxN, mode)
+        tol = float(np.sqrt(jnp.finfo(jnp.real(log_psi_KxG).dtype).eps))
+        log_abs_KxG = jnp.real(log_psi_KxG)
+        abs_off = jnp.max(jnp.abs(log_abs_KxG - log_abs_KxG[:, :1]) / (1.0 + jnp.abs(log_abs_KxG[:, :1])))
+        O_off = jnp.max(jnp.abs(O_KxGxP - O_KxGxP[:, :1])) / (1.0 + jnp.max(jnp.abs(O_KxGxP)))
+        if not (abs_off <= tol and O_off <= tol):
+            return (f"{sampler.symmetry} needs a model invariant under the group, and this one is not (|psi| or "
+                    f"its derivatives change on symmetry images by up to {max(float(abs_off), float(O_off)):.1e}); "
+                    f"use rbm_symm with that group, a model with symmetries={sampler.symmetry}, or "
+                    "sampler.symmetry=none")
+    return None
 
 
 def _metrics(stats, acceptance):

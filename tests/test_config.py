@@ -36,7 +36,10 @@ def test_every_option_composes_and_builds(group, option):
     overrides = [f"{group}={option}", *COMPANIONS.get(group, {}).get(option, [])]
     config = compose_config(overrides)
     experiment = build(config)
-    assert experiment.problem.sampler.n_samples == config["sampler"]["n_samples"]
+    if option == "full_sum":  # every configuration of the space, on rows padded to whole chains
+        assert experiment.problem.sampler.n_configurations == experiment.hilbert.n_states
+    else:
+        assert experiment.problem.sampler.n_samples == config["sampler"]["n_samples"]
 
 
 def test_every_group_has_options():

@@ -1,0 +1,189 @@
+"""The full-sum sampler: exact sums over the space (or its symmetry orbits) against dense
+references, the same bits on every layout, and the refusals that keep an orbit sum honest."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from models import RBM, RBMSymm
+from runner import app, exact, parallel, precond
+from runner import hilbert as hb
+from runner import operators
+from runner import sampler as smp
+from runner.build import build
+from runner.errors import ConfigError
+from runner.vmc import (Problem, draw, energy_and_update, from_split, full_sum_invariance_error, gradient_mode)
+from tests.conftest import REPO, run_cli
+from tests.test_config import compose_config
+from tests.test_evaluate import evaluated
+from tests.test_gradients import MODELS, _exact_weighted, _setup
+from tests.test_parallel import assert_identical_runs, energies, free_port, start_distributed
+
+SHIFT = 0.05
+PRECONDITIONERS = {
+    "sr": precond.sr(diag_shift=SHIFT, solver="cholesky"),
+    "cg": precond.sr(diag_shift=SHIFT, solver="cg", cg_tol=1e-12, cg_maxiter=2000),
+    "minsr": precond.minsr(diag_shift=SHIFT),
+}
+
+
+def _update(problem, params, chunk_size=None):
+    """(energy stats, flat update) of one full-sum step, jitted."""
+    problem = Problem(problem.hamiltonian, problem.model, problem.sampler, problem.optimizer, problem.precondition,
+                      chunk_size)
+    flat = ravel_pytree(params)[0]
+    if gradient_mode(params, problem.model) == "split":
+        flat = jnp.concatenate([flat.real, flat.imag])
+    solver = problem.precondition.init(flat)
+
+    @jax.jit
+    def step(params, chains):
+        _, sigma, w, _ = draw(problem, params, chains)
+        stats, update, _, _ = energy_and_update(problem, params, sigma, solver, 0, w)
+        return stats, ravel_pytree(update)[0]
+
+    return step(params, smp.init_chains(problem.sampler, 0))
+
+
+@pytest.mark.parametrize("model_name", ["rbm_real", "rbm_complex", "nonholomorphic"])
+@pytest.mark.parametrize("solver", sorted(PRECONDITIONERS))
+@pytest.mark.parametrize("chunk_size", [None, 6])
+def test_energy_and_update_are_the_exact_sums(model_name, solver, chunk_size):
+    """64 configurations on 3 rows of 22 (2 padding rows of weight 0): the energy, its variance
+    and the SR / minSR update equal the dense sums over the space, chunked or not."""
+    lattice, ham, model, states, params, H = _setup(model_name, seed=1)
+    sampler = smp.full_sum(lattice, n_chains=3)
+    assert sampler.sigma_CxTxN.shape[:2] == (3, 22) and sampler.n_configurations == 64
+    problem = Problem(ham, model, sampler, optax.sgd(0.1), PRECONDITIONERS[solver])
+    mode = gradient_mode(params, model)
+    core_mode = "real" if mode == "split" else mode
+    Obar, eps, E = (np.asarray(x) for x in _exact_weighted(problem, params, states, mode))
+    psi = np.exp(np.asarray(model.apply({"params": params}, states)))
+    p = np.abs(psi) ** 2 / np.sum(np.abs(psi) ** 2)
+    eloc = eps / np.sqrt(p) + E
+    if core_mode == "real":
+        S, F = (Obar.conj().T @ Obar).real, 2 * (Obar.conj().T @ eps).real
+    else:
+        S, F = Obar.conj().T @ Obar, 2 * (Obar.conj().T @ eps)
+    expected = np.linalg.solve(S + SHIFT * np.eye(len(S)), F)
+    if mode == "split":
+        expected = np.asarray(from_split(jnp.asarray(expected)))
+
+    stats, update = _update(problem, params, chunk_size)
+    np.testing.assert_allclose(stats.mean, np.vdot(psi, H @ psi) / np.vdot(psi, psi), rtol=1e-10)
+    np.testing.assert_allclose(stats.variance, np.sum(p * np.abs(eloc - E) ** 2), rtol=1e-8)
+    assert stats.error_of_mean == 0 and stats.tau_corr == 0
+    np.testing.assert_allclose(np.asarray(update), expected, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("lattice,symmetry,n_orbits", [
+    (hb.chain(10, total_sz=0), "lattice", 16),
+    (hb.square(Lx=2, Ly=4, total_sz=0), "translations", 12),
+])
+def test_the_sum_over_orbits_equals_the_sum_over_all_configurations(lattice, symmetry, n_orbits):
+    """A space-group RBM on the Marshall-rotated J1-J2 model: one configuration per orbit,
+    weighted by the orbit's size, gives the energy and the SR update of all 252 (70)."""
+    ham = operators.heisenberg(lattice, 1.0, 0.5, True)
+    model = RBMSymm(alpha=2, group="lattice" if symmetry == "lattice" else "translations",
+                    param_dtype=jnp.complex128, hilbert=lattice)
+    params = model.init(jax.random.PRNGKey(3), jnp.ones(lattice.n_sites, jnp.int8))["params"]
+    params = jax.tree_util.tree_map(lambda x: 10 * x, params)  # far from uniform
+    out = {}
+    for sym in (symmetry, "none"):
+        sampler = smp.full_sum(lattice, n_chains=4, symmetry=sym)
+        problem = Problem(ham, model, sampler, optax.sgd(0.1), PRECONDITIONERS["sr"])
+        assert full_sum_invariance_error(problem, [params]) is None
+        out[sym] = (sampler.n_configurations, *_update(problem, params))
+    assert out[symmetry][0] == n_orbits and out["none"][0] == lattice.n_states
+    np.testing.assert_allclose(out[symmetry][1].mean, out["none"][1].mean, rtol=1e-12)
+    np.testing.assert_allclose(out[symmetry][1].variance, out["none"][1].variance, rtol=1e-10)
+    np.testing.assert_allclose(out[symmetry][2], out["none"][2], rtol=1e-8, atol=1e-10)
+    psi = np.exp(np.asarray(model.apply({"params": params}, jnp.asarray(hb.all_states(lattice)))))
+    np.testing.assert_allclose(out[symmetry][1].mean, exact.energy_of(ham, lattice, psi), rtol=1e-12)
+
+
+def test_orbits_cover_the_space_once():
+    lattice = hb.square(4, total_sz=0)
+    states = hb.all_states(lattice)
+    reps, sizes = smp.orbits(states, np.asarray(lattice.space_group))
+    assert len(reps) == 153 and sizes.sum() == len(states) == 12870
+    images = {tuple(s) for r in reps for s in np.asarray(r)[np.asarray(lattice.space_group)]}
+    assert len(images) == 12870  # every configuration is an image of exactly one representative
+
+
+def test_an_orbit_sum_refuses_what_is_not_invariant():
+    lattice = hb.chain(8, total_sz=0)
+    ham = operators.heisenberg(lattice, 1.0, 0.0, True)
+    sampler = smp.full_sum(lattice, n_chains=4, symmetry="translations")
+    problem = Problem(ham, RBM(alpha=1, param_dtype=jnp.complex128), sampler, optax.sgd(0.1), precond.sr())
+    params = problem.model.init(jax.random.PRNGKey(0), jnp.ones(8, jnp.int8))["params"]
+    error = full_sum_invariance_error(problem, [params])
+    assert error.startswith("translations needs a model invariant under the group"), error
+    # A field on one site breaks the translations.
+    field = operators.pauli(lattice, [{"coeff": 1.0, "ops": "ZZ", "on": "bonds"}, {"coeff": 0.3, "ops": "Z", "on": [[0]]}])
+    assert operators.not_invariant_under(field, lattice.translations) == 1
+    assert operators.not_invariant_under(ham, np.asarray(lattice.space_group)) is None
+    with pytest.raises(ConfigError, match="must be one of none, translations, lattice"):
+        smp.full_sum(lattice, symmetry="point")
+    with pytest.raises(ConfigError, match="at most 65536 states"):
+        smp.full_sum(hb.chain(20))
+
+
+@pytest.mark.parametrize("override,key", [
+    (["clip_local_energy=5"], "clip_local_energy"),
+    (["preconditioner=minsr", "preconditioner.momentum=0.9"], "preconditioner.momentum"),
+    (["observables=spin"], "observables"),
+    (["hamiltonian=pauli", "model=rbm_symm", "sampler.symmetry=translations"], "sampler.symmetry"),
+])
+def test_full_sum_refuses_at_build(override, key):
+    config = compose_config(["hilbert.L=6", "sampler=full_sum", *override])
+    if key == "sampler.symmetry":  # a field on site 0 breaks the translations
+        config["hamiltonian"]["terms"].append({"coeff": 0.3, "ops": "Z", "on": [[0]]})
+    with pytest.raises(ConfigError) as err:
+        build(config)
+    assert err.value.key == key
+
+
+def test_a_run_is_exact_and_identical_on_every_layout(tmp_path):
+    """J1-J2 on a 10-site chain over the space group's orbits: each step's energy is the exact
+    energy of its parameters (so the final one is the dense <psi|H|psi> of the saved state), with
+    error 0; 1, 2 and 4 devices and 2 processes give the same bits."""
+    overrides = ["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
+                 "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
+                 "sampler=full_sum", "sampler.symmetry=lattice", "sampler.n_chains=4", "n_iter=6", "exact=true",
+                 "checkpoint_every=1000"]
+    experiment = build(compose_config(overrides))
+    run_cli([*overrides, f"hydra.run.dir={tmp_path / 'devices1'}"], REPO, check=True)
+    devices = jax.devices()
+    for n in (2, 4):
+        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
+        summary = app.execute(experiment, layout, tmp_path / f"devices{n}")
+        assert summary["energy_error"] == 0 and summary["n_samples"] == 16  # 16 orbits on 4 rows of 4
+        assert_identical_runs(tmp_path / f"devices{n}", tmp_path / "devices1")
+    procs = start_distributed(overrides, tmp_path / "processes2", free_port(), devices=1)
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert_identical_runs(tmp_path / "processes2", tmp_path / "devices1")
+
+    from runner.api import load
+
+    trained = load(tmp_path / "devices1")
+    lattice = experiment.hilbert
+    psi = np.exp(np.asarray(trained.log_psi(hb.all_states(lattice))))
+    dense = exact.energy_of(experiment.hamiltonian, lattice, psi)
+    assert summary["energy"] == pytest.approx(dense, rel=1e-12)
+    assert summary["relative_error"] == pytest.approx(abs(dense - summary["exact_energy"]) / abs(summary["exact_energy"]))
+    assert energies(tmp_path / "devices1")[-1] > summary["energy"]  # the last step still lowered it
+    result = evaluated(tmp_path / "devices1", ["final_rounds=3"])  # rounds would repeat the sum: one
+    assert result["energy"] == pytest.approx(dense, rel=1e-12) and result["energy_error"] == 0
+
+
+def test_an_orbit_sum_with_a_model_that_is_not_symmetric_exits_2(tmp_path):
+    result = run_cli(["hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=full_sum",
+                      "sampler.symmetry=translations", "n_iter=2", f"hydra.run.dir={tmp_path}"], REPO)
+    assert result.returncode == 2
+    assert "Config error: sampler.symmetry translations needs a model invariant under the group" in result.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()
