@@ -163,7 +163,7 @@ def _header(experiment: Experiment, layout: parallel.Layout, config: dict):
         f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states",
         f"hamiltonian: {_describe(config['hamiltonian'])}",
         f"model: {_describe(config['model'])}: {n_params} parameters; {_paths(experiment.problem.model)}",
-        f"sampler: {_describe(config['sampler'])}: {sampler.n_samples} samples over {sampler.n_chains} chains",
+        f"sampler: {_describe(config['sampler'])}: {_sample_count(sampler)}",
         f"optimizer: {_describe(config['optimizer'])}; preconditioner: {_describe(config['preconditioner'])}",
         f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "
         f"{jax.process_count()} process(es), {layout.n_devices} device(s) ({jax.devices()[0].platform})",
@@ -171,6 +171,14 @@ def _header(experiment: Experiment, layout: parallel.Layout, config: dict):
     ]
     for line in lines:
         log.info(line)
+
+
+def _sample_count(sampler) -> str:
+    if isinstance(sampler, FullSumSampler):
+        orbits = "" if sampler.symmetry == "none" else f" ({sampler.symmetry} orbits of {sampler.hilbert.n_states})"
+        return (f"exact sum over {sampler.n_configurations} configurations{orbits} "
+                f"on {sampler.n_chains} rows of {sampler.samples_per_chain}")
+    return f"{sampler.n_samples} samples over {sampler.n_chains} chains"
 
 
 def _remove_if_new(run_dir: Path, new_dirs):

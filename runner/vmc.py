@@ -516,14 +516,19 @@ def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
     reps_KxN = sampler.sigma_CxTxN.reshape(-1, N)[: sampler.n_configurations]
     reps_KxN = reps_KxN[np.linspace(0, len(reps_KxN) - 1, min(8, len(reps_KxN))).astype(int)]
     images_KxGxN = jnp.asarray(reps_KxN[:, group_GxN])
-    for params in (params_list() if callable(params_list) else params_list):
-        mode = gradient_mode(params, problem.model)
-        log_psi_KxG = problem.logpsi(params, images_KxGxN)
-        O_KxGxP = log_derivatives(dataclasses.replace(problem, chunk_size=None), params, images_KxGxN, mode)
-        tol = float(np.sqrt(jnp.finfo(jnp.real(log_psi_KxG).dtype).eps))
-        log_abs_KxG = jnp.real(log_psi_KxG)
+
+    @jax.jit
+    def deviations(params):  # of log |psi| and of O from their values on the representatives
+        log_abs_KxG = jnp.real(problem.logpsi(params, images_KxGxN))
+        O_KxGxP = log_derivatives(dataclasses.replace(problem, chunk_size=None), params, images_KxGxN,
+                                  gradient_mode(params, problem.model))
         abs_off = jnp.max(jnp.abs(log_abs_KxG - log_abs_KxG[:, :1]) / (1.0 + jnp.abs(log_abs_KxG[:, :1])))
         O_off = jnp.max(jnp.abs(O_KxGxP - O_KxGxP[:, :1])) / (1.0 + jnp.max(jnp.abs(O_KxGxP)))
+        return abs_off, O_off
+
+    for params in (params_list() if callable(params_list) else params_list):
+        abs_off, O_off = deviations(params)
+        tol = float(np.sqrt(jnp.finfo(abs_off.dtype).eps))
         if not (abs_off <= tol and O_off <= tol):
             return (f"{sampler.symmetry} needs a model invariant under the group, and this one is not (|psi| or "
                     f"its derivatives change on symmetry images by up to {max(float(abs_off), float(O_off)):.1e}); "
