@@ -1,14 +1,16 @@
 #!/usr/bin/env python
 """Noise-free SR on the 4 x 4 J1-J2 model: what the space-group RBM reaches without Monte Carlo.
 
-A diagnostic for docs/accuracy.md, not a runner mode. The model is the runner's own
+A diagnostic for docs/accuracy.md; the runner's own `sampler=full_sum` now does these sums for
+every model (experiment=j1j2_square_full_sum). The model is the runner's own
 `models.RBMSymm(group="lattice")` (complex, Marshall-rotated Hamiltonian, Sz = 0), optimised by
 plain SR with every expectation value summed exactly over the sector instead of sampled. The
 model's log psi is invariant under the 128 space-group elements and H commutes with them, so psi,
 E_loc and the log-derivatives are constant on each orbit: the sums run over the 153 orbits of the
 12,870 configurations, each weighted by its size (the same numbers as the sum over all states,
-about 100x faster). The update is the runner's: theta -= lr (S + diag_shift)^-1 F with
-F = <O* (E_loc - E)>, S = <O* O> - <O*><O>, from the seed's initial parameters.
+about 100x faster). The update is SR's: theta -= lr (S + diag_shift)^-1 F with
+F = <O* (E_loc - E)>, S = <O* O> - <O*><O>, from the seed's initial parameters (the runner's F
+carries NetKet's factor 2, so there the same lr is twice this step).
 
     python bench/noise_free_sr.py --alpha 8 --steps 1000
 """
@@ -35,14 +37,15 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 from models import RBMSymm, fast_paths  # noqa: E402
 from runner import hilbert as hb  # noqa: E402
 from runner import exact, operators  # noqa: E402
+from runner import sampler as smp  # noqa: E402
 
 
 def orbits(lattice):
-    """One configuration per space-group orbit of the Sz = 0 sector, and the orbit sizes."""
+    """One configuration per space-group orbit of the Sz = 0 sector, and the orbit sizes
+    (`runner.sampler.orbits`, which `sampler=full_sum sampler.symmetry=lattice` sums over)."""
     states = hb.all_states(lattice)
-    canonical = np.stack([hb.states_to_codes(states[:, g]) for g in np.asarray(lattice.space_group)]).min(0)
-    _, first, sizes = np.unique(canonical, return_index=True, return_counts=True)
-    return jnp.asarray(states[first], jnp.int8), jnp.asarray(sizes, jnp.float64), len(states)
+    reps, sizes = smp.orbits(states, np.asarray(lattice.space_group))
+    return jnp.asarray(reps, jnp.int8), jnp.asarray(sizes, jnp.float64), len(states)
 
 
 def weighted_local_energies(ham, model, params, states, sizes):

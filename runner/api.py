@@ -84,8 +84,11 @@ class TrainedRun:
     def _sampler(self, n: int):
         import dataclasses
 
-        from runner.sampler import _check_counts
+        from runner.sampler import FullSumSampler, _check_counts
 
+        if isinstance(self.sampler, FullSumSampler):
+            raise ValueError("this run sums over every configuration (sampler=full_sum) and draws no samples; "
+                             "expect() gives exact values")
         _check_counts(n, self.sampler.n_chains)  # n must be a multiple of n_chains, >= 2 per chain
         return dataclasses.replace(self.sampler, n_samples=int(n))
 
@@ -141,7 +144,8 @@ class TrainedRun:
                 (magnetization_x, magnetization_z, mz2, zz_nn, xx_nn, structure_factor_zz); a
                 list of Pauli terms in the `pauli` Hamiltonian format ({coeff, ops, on}, in the
                 user's original basis); or a `runner.operators.PauliSum` in that basis.
-            n_samples: a multiple of the run's `sampler.n_chains`.
+            n_samples: a multiple of the run's `sampler.n_chains` (not used after sampler=full_sum,
+                whose values are exact sums over every configuration, error 0).
 
         Returns:
             Estimate(mean, error): the real part of the mean (O is Hermitian) and its error.
@@ -149,28 +153,36 @@ class TrainedRun:
         import jax
 
         from runner import observables
+        from runner.sampler import FullSumSampler, full_sum_weights
 
         obs = self._observables_for(observable)
-        sigma_CxTxN = self._draw(n_samples or self.sampler.n_samples)
+        if isinstance(self.sampler, FullSumSampler):  # exact: every configuration, weighted by |psi|^2
+            every = observables.every_configuration(self.sampler)
+            sigma_CxTxN = jax.numpy.asarray(every.sigma_CxTxN)
+            w_CxT = jax.jit(functools.partial(full_sum_weights, every, self._problem.amplitude))(
+                self.params, sigma_CxTxN)
+        else:
+            sigma_CxTxN, w_CxT = self._draw(n_samples or self.sampler.n_samples), None
         if obs is not None:
-            value = observables.expect(obs, self._problem, self.params, sigma_CxTxN)[
+            value = observables.expect(obs, self._problem, self.params, sigma_CxTxN, w_CxT)[
                 observable if isinstance(observable, str) else "expression"]
             return Estimate(value["mean"], value["error"])
         if "energy" not in self._statistics:
             self._statistics["energy"] = _local_statistics(self._problem, self.hamiltonian)
-        stats = self._statistics["energy"](self.params, sigma_CxTxN)
+        stats = self._statistics["energy"](self.params, sigma_CxTxN, w_CxT)
         return Estimate(float(jax.numpy.real(stats.mean)), float(stats.error_of_mean))
 
 
 def _local_statistics(problem, op):
-    """(params, sigma [C, T, N]) -> Stats of the local estimator of `op` (jitted)."""
+    """(params, sigma [C, T, N], full-sum weights [C, T] or None) -> Stats of the local estimator
+    of `op` (jitted)."""
     import jax
 
     from runner import operators, stats, vmc
 
     e_loc = functools.partial(operators.local_energy, op, problem.logpsi, ratio_fn=vmc.ratio_of(problem.model))
     per_sample = jax.vmap(jax.vmap(e_loc, in_axes=(None, 0)), in_axes=(None, 0))
-    return jax.jit(lambda params, sigma_CxTxN: stats.statistics(per_sample(params, sigma_CxTxN)))
+    return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(per_sample(params, sigma_CxTxN), w_CxT))
 
 
 def load(run_dir) -> TrainedRun:

@@ -174,7 +174,7 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
 
 def _check_full_sum(config, problem, observed):
     """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), SPRING
-    (its kernel correction assumes equal sample weights), observables (not summed yet) and a
+    (its kernel correction assumes equal sample weights), observables during training and a
     symmetry that H does not have. (The model's invariance needs its evaluation: checked when the
     run starts, `runner.vmc.full_sum_invariance_error`.)"""
     sampler = problem.sampler
@@ -189,9 +189,9 @@ def _check_full_sum(config, problem, observed):
     if config["preconditioner"].get("momentum"):
         raise ConfigError("preconditioner.momentum", "must be 0 with sampler=full_sum (SPRING assumes equally "
                                                      "weighted samples)")
-    if observed is not None:
-        raise ConfigError("observables", "must be none with sampler=full_sum (observables are not summed over "
-                                         "the space yet); use observables=none")
+    if observed is not None and observed.every:
+        raise ConfigError("observables.every", "must be 0 with sampler=full_sum (observables are summed at the end "
+                                               "only, over every configuration)")
 
 
 def _with_schedule(config: dict, group: str, key: str):

@@ -19,8 +19,8 @@ from runner import operators
 from runner.errors import ConfigError, require_int
 from runner.hilbert import Hilbert
 from runner.operators import PauliSum
-from runner.sampler import sample
-from runner.stats import statistics
+from runner.sampler import FullSumSampler, full_sum, full_sum_weights, sample
+from runner.stats import chain_sum, statistics
 from runner.vmc import local_energies, map_over_samples, ratio_of
 
 SPIN_NAMES = ("magnetization_x", "magnetization_z", "mz2", "zz_nn", "xx_nn", "structure_factor_zz")
@@ -290,30 +290,32 @@ def correlation_sums(sigma_CxTxN):
     return jnp.einsum("cti,ctj->cij", s, s)
 
 
-def measure(obs: Observables, local: Local) -> dict:
-    """Means and error bars of every observable (jittable).
+def measure(obs: Observables, local: Local, w_CxT=None) -> dict:
+    """Means and error bars of every observable (jittable); `w_CxT`: a full sum's weights
+    (exact means, error 0), None for samples.
 
     Returns:
         {"obs/<name>": mean, "obs_error/<name>": error} (replicated scalars), plus
         "obs/structure_factor_q_index" (the momentum of the largest S(q)) when reported.
     """
     columns = lambda x_CxTxM: jnp.moveaxis(x_CxTxM, 2, 0)  # noqa: E731
-    return _measure_columns(obs, columns(local.values_CxTxM), columns(local.sq_CxTxQ))[0]
+    return _measure_columns(obs, columns(local.values_CxTxM), columns(local.sq_CxTxQ), w_CxT)[0]
 
 
-def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT):
+def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT, w_CxT=None):
     """`measure` from the local values laid out observable-first, and S(q)'s Stats [Q].
 
     The statistics go one observable after another (`lax.map`): vmapped, XLA:CPU's FFT meets a
     layout it refuses (RET_CHECK in fft_thunk) once the chains are sharded over devices.
     """
     out = {}
+    stats_of = lambda x_CxT: statistics(x_CxT, w_CxT)  # noqa: E731
     if obs.names:
-        stats_M = jax.lax.map(statistics, values_MxCxT)
+        stats_M = jax.lax.map(stats_of, values_MxCxT)
         for m, name in enumerate(obs.names):
             out[PREFIX + name] = stats_M.mean[m]
             out[ERROR_PREFIX + name] = stats_M.error_of_mean[m]
-    stats_Q = jax.lax.map(statistics, sq_QxCxT)
+    stats_Q = jax.lax.map(stats_of, sq_QxCxT)
     if obs.structure_factor:
         q = jnp.argmax(stats_Q.mean)
         out[PREFIX + STRUCTURE_FACTOR] = stats_Q.mean[q]
@@ -345,6 +347,11 @@ def step_observer(obs: Observables | None, problem) -> Callable | None:
     return observe
 
 
+def every_configuration(sampler: FullSumSampler) -> FullSumSampler:
+    """The full sum over every configuration of a full sum's space (itself without a symmetry)."""
+    return sampler if sampler.symmetry == "none" else full_sum(sampler.hilbert, sampler.n_chains)
+
+
 def keep_measured(record: dict) -> dict:
     """A metrics record without the obs fields of a step that measured nothing (and the flag)."""
     record = dict(record)
@@ -364,7 +371,24 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
         `runner.vmc.estimate` gives them; `measure`'s dict plus "zz_sum_CxNxN" (per-chain sums
         of s_i s_j over all rounds), "sq_mean_Q" and "sq_error_Q" (S(q) on every momentum).
     """
-    from runner.vmc import _metrics
+    from runner.vmc import _metrics, draw
+
+    if isinstance(problem.sampler, FullSumSampler):
+        # The energy from the run's sum (over orbits with a symmetry); the observables from every
+        # configuration, as most of them (Z_i Z_j, S(q) off the symmetric momenta) differ on the
+        # members of an orbit.
+        chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
+        energy = _metrics(statistics(local_energies(problem, state.params, sigma_CxTxN), w_CxT), acceptance)
+        every = every_configuration(problem.sampler)
+        sigma_CxTxN = jnp.asarray(every.sigma_CxTxN)
+        w_CxT = full_sum_weights(every, problem.amplitude, state.params, sigma_CxTxN)
+        local = local_values(obs, problem, state.params, sigma_CxTxN)
+        out, stats_Q = _measure_columns(obs, jnp.moveaxis(local.values_CxTxM, 2, 0),
+                                        jnp.moveaxis(local.sq_CxTxQ, 2, 0), w_CxT)
+        s_CxTxN = sigma_CxTxN.astype(_real())
+        zz_NxN = chain_sum(jnp.einsum("ct,cti,ctj->cij", w_CxT, s_CxTxN, s_CxTxN))
+        measured = {**out, "zz_exact_NxN": zz_NxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
+        return chains, (energy, measured)
 
     def one_round(carry, _):
         chains, zz_CxNxN = carry
@@ -410,7 +434,8 @@ def results(obs: Observables, measured: dict, n_per_chain: int) -> tuple[dict, d
         ({"observables": {name: {"mean", "error"}}, "structure_factor_q": [q...] (spin set)},
          {"n_sites", "positions", "zz", "zz_error", "momenta", "structure_factor",
           "structure_factor_error"}); zz_error is the spread of the chains' own means over
-          sqrt(C) (null with one chain), an error that accounts for autocorrelation.
+          sqrt(C) (null with one chain), an error that accounts for autocorrelation; after a
+          full sum (measured["zz_exact_NxN"]) the exact values and errors 0.
     """
     values = {name: {"mean": _number(measured[PREFIX + name]), "error": _number(measured[ERROR_PREFIX + name])}
               for name in obs.all_names}
@@ -418,10 +443,14 @@ def results(obs: Observables, measured: dict, n_per_chain: int) -> tuple[dict, d
     if obs.structure_factor:
         q = int(measured[PREFIX + "structure_factor_q_index"])
         summary["structure_factor_q"] = [float(x) for x in obs.momenta_QxD[q]]
-    zz_CxNxN = np.asarray(measured["zz_sum_CxNxN"], np.float64) / n_per_chain
-    C = zz_CxNxN.shape[0]
-    zz = zz_CxNxN.mean(axis=0)
-    zz_error = zz_CxNxN.std(axis=0, ddof=1) / np.sqrt(C) if C > 1 else np.full_like(zz, np.nan)
+    if "zz_exact_NxN" in measured:  # a full sum: exact, no error
+        zz = np.asarray(measured["zz_exact_NxN"], np.float64)
+        zz_error = np.zeros_like(zz)
+    else:
+        zz_CxNxN = np.asarray(measured["zz_sum_CxNxN"], np.float64) / n_per_chain
+        C = zz_CxNxN.shape[0]
+        zz = zz_CxNxN.mean(axis=0)
+        zz_error = zz_CxNxN.std(axis=0, ddof=1) / np.sqrt(C) if C > 1 else np.full_like(zz, np.nan)
     as_list = lambda a: [[_number(x) for x in row] for row in a]  # noqa: E731
     correlations = {
         "n_sites": obs.n_sites,
@@ -435,11 +464,12 @@ def results(obs: Observables, measured: dict, n_per_chain: int) -> tuple[dict, d
     return summary, correlations
 
 
-def expect(obs: Observables, problem, params, sigma_CxTxN) -> dict:
+def expect(obs: Observables, problem, params, sigma_CxTxN, w_CxT=None) -> dict:
     """{name: {"mean", "error"}} of every observable on given samples [C, T, N] (host values;
-    jits the evaluation). For evaluation and the Python API."""
-    fn = jax.jit(lambda p, s: measure(obs, local_values(obs, problem, p, s)))
-    measured = jax.device_get(fn(params, sigma_CxTxN))
+    jits the evaluation), or on a full sum's configurations with their weights w [C, T]. For
+    evaluation and the Python API."""
+    fn = jax.jit(lambda p, s, w: measure(obs, local_values(obs, problem, p, s), w))
+    measured = jax.device_get(fn(params, sigma_CxTxN, w_CxT))
     out = {name: {"mean": _number(measured[PREFIX + name]), "error": _number(measured[ERROR_PREFIX + name])}
            for name in obs.all_names}
     return out

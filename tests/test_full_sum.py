@@ -1,6 +1,8 @@
 """The full-sum sampler: exact sums over the space (or its symmetry orbits) against dense
 references, the same bits on every layout, and the refusals that keep an orbit sum honest."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,7 +137,7 @@ def test_an_orbit_sum_refuses_what_is_not_invariant():
 @pytest.mark.parametrize("override,key", [
     (["clip_local_energy=5"], "clip_local_energy"),
     (["preconditioner=minsr", "preconditioner.momentum=0.9"], "preconditioner.momentum"),
-    (["observables=spin"], "observables"),
+    (["observables=spin", "observables.every=5"], "observables.every"),
     (["hamiltonian=pauli", "model=rbm_symm", "sampler.symmetry=translations"], "sampler.symmetry"),
 ])
 def test_full_sum_refuses_at_build(override, key):
@@ -187,3 +189,38 @@ def test_an_orbit_sum_with_a_model_that_is_not_symmetric_exits_2(tmp_path):
     assert result.returncode == 2
     assert "Config error: sampler.symmetry translations needs a model invariant under the group" in result.stderr
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_observables_are_exact_sums_over_every_configuration(tmp_path):
+    """With orbits the energy is summed over them, but the observables over every configuration
+    (Z_i Z_j differs between members of an orbit): <Z_i Z_j>, zz_nn and S(q) equal the dense sums
+    over the saved state's |psi|^2, with error 0, in the summary, correlations.json and
+    runner.load(...).expect."""
+    run_cli(["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
+             "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
+             "sampler=full_sum", "sampler.symmetry=lattice", "sampler.n_chains=4", "observables=spin", "n_iter=4",
+             f"hydra.run.dir={tmp_path}"], REPO, check=True)
+    from runner.api import load
+
+    trained = load(tmp_path)
+    states = hb.all_states(trained.hilbert)
+    p = np.abs(np.exp(np.asarray(trained.log_psi(states)))) ** 2
+    p /= p.sum()
+    s = states.astype(np.float64)
+    zz = np.einsum("d,di,dj->ij", p, s, s)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    correlations = json.loads((tmp_path / "correlations.json").read_text())
+    np.testing.assert_allclose(correlations["zz"], zz, atol=1e-12)
+    assert np.all(np.asarray(correlations["zz_error"]) == 0)
+    bonds = np.asarray(trained.hilbert.bonds)
+    zz_nn = zz[bonds[:, 0], bonds[:, 1]].mean()
+    assert summary["observables"]["zz_nn"] == {"mean": pytest.approx(zz_nn, abs=1e-12), "error": 0.0}
+    cos_QxN, sin_QxN = np.cos(np.asarray(correlations["momenta"]) @ np.asarray(correlations["positions"]).T), \
+        np.sin(np.asarray(correlations["momenta"]) @ np.asarray(correlations["positions"]).T)
+    sq = np.einsum("d,qd->q", p, ((s @ cos_QxN.T) ** 2 + (s @ sin_QxN.T) ** 2).T) / trained.hilbert.n_sites
+    np.testing.assert_allclose(correlations["structure_factor"], sq, atol=1e-12)
+    assert summary["observables"]["structure_factor_zz"]["mean"] == pytest.approx(sq.max(), abs=1e-12)
+    assert trained.expect("zz_nn") == (pytest.approx(zz_nn, abs=1e-12), 0.0)
+    assert trained.expect("energy") == (pytest.approx(summary["energy"], rel=1e-12), 0.0)
+    with pytest.raises(ValueError, match="draws no samples"):
+        trained.sample(16)
