@@ -153,14 +153,12 @@ class TrainedRun:
         import jax
 
         from runner import observables
-        from runner.sampler import FullSumSampler, full_sum_weights
+        from runner.sampler import FullSumSampler
 
         obs = self._observables_for(observable)
         if isinstance(self.sampler, FullSumSampler):  # exact: every configuration, weighted by |psi|^2
-            every = observables.every_configuration(self.sampler)
-            sigma_CxTxN = jax.numpy.asarray(every.sigma_CxTxN)
-            w_CxT = jax.jit(functools.partial(full_sum_weights, every, self._problem.amplitude))(
-                self.params, sigma_CxTxN)
+            sigma_CxTxN, w_CxT = jax.jit(functools.partial(
+                observables.every_configuration, self.sampler, self._problem.amplitude))(self.params)
         else:
             sigma_CxTxN, w_CxT = self._draw(n_samples or self.sampler.n_samples), None
         if obs is not None:

@@ -274,9 +274,11 @@ class MetricsLog:
 def _check_full_sum(problem, seed):
     """Exit 2 with the sentence when a full sum over orbits does not fit the model (checked on
     the seed's initial parameters and another draw, on this process's default device)."""
+    if not isinstance(problem.sampler, FullSumSampler) or problem.sampler.symmetry == "none":
+        return
     sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
-    draws = lambda: [problem.model.init(jax.random.PRNGKey(k), sigma_N)["params"] for k in (seed, seed + 1)]  # noqa: E731
-    error = full_sum_invariance_error(problem, draws) if isinstance(problem.sampler, FullSumSampler) else None
+    draws = [problem.model.init(jax.random.PRNGKey(k), sigma_N)["params"] for k in (seed, seed + 1)]
+    error = full_sum_invariance_error(problem, draws)
     if error is not None:
         print(f"Config error: {ConfigError('sampler.symmetry', error).sentence()}", file=sys.stderr)
         sys.exit(2)

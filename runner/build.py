@@ -9,10 +9,9 @@ from typing import Any
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner import fingerprint, observables, precond, restore, schedules
+from runner import fingerprint, observables, operators, precond, restore, schedules
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
-from runner import operators
 from runner.operators import Hamiltonian
 from runner.sampler import FullSumSampler, symmetry_group
 from runner.vmc import Problem

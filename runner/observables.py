@@ -347,9 +347,12 @@ def step_observer(obs: Observables | None, problem) -> Callable | None:
     return observe
 
 
-def every_configuration(sampler: FullSumSampler) -> FullSumSampler:
-    """The full sum over every configuration of a full sum's space (itself without a symmetry)."""
-    return sampler if sampler.symmetry == "none" else full_sum(sampler.hilbert, sampler.n_chains)
+def every_configuration(sampler: FullSumSampler, amplitude, params):
+    """(sigma [C, T, N], w [C, T]): every configuration of a full sum's space (not one per
+    orbit: most observables differ between the members of an orbit) and its exact weight."""
+    every = sampler if sampler.symmetry == "none" else full_sum(sampler.hilbert, sampler.n_chains)
+    sigma_CxTxN = jnp.asarray(every.sigma_CxTxN)
+    return sigma_CxTxN, full_sum_weights(every, amplitude, params, sigma_CxTxN)
 
 
 def keep_measured(record: dict) -> dict:
@@ -371,17 +374,14 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
         `runner.vmc.estimate` gives them; `measure`'s dict plus "zz_sum_CxNxN" (per-chain sums
         of s_i s_j over all rounds), "sq_mean_Q" and "sq_error_Q" (S(q) on every momentum).
     """
-    from runner.vmc import _metrics, draw
+    from runner.vmc import _metrics
+    from runner.vmc import estimate as estimate_energy
 
     if isinstance(problem.sampler, FullSumSampler):
-        # The energy from the run's sum (over orbits with a symmetry); the observables from every
-        # configuration, as most of them (Z_i Z_j, S(q) off the symmetric momenta) differ on the
-        # members of an orbit.
-        chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
-        energy = _metrics(statistics(local_energies(problem, state.params, sigma_CxTxN), w_CxT), acceptance)
-        every = every_configuration(problem.sampler)
-        sigma_CxTxN = jnp.asarray(every.sigma_CxTxN)
-        w_CxT = full_sum_weights(every, problem.amplitude, state.params, sigma_CxTxN)
+        # The energy from the run's sum (over orbits with a symmetry), the observables from every
+        # configuration.
+        chains, energy = estimate_energy(problem, state)
+        sigma_CxTxN, w_CxT = every_configuration(problem.sampler, problem.amplitude, state.params)
         local = local_values(obs, problem, state.params, sigma_CxTxN)
         out, stats_Q = _measure_columns(obs, jnp.moveaxis(local.values_CxTxM, 2, 0),
                                         jnp.moveaxis(local.sq_CxTxQ, 2, 0), w_CxT)

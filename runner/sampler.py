@@ -17,6 +17,7 @@ import numpy as np
 
 from runner.errors import ConfigError, require_int
 from runner.hilbert import Hilbert, all_states, states_to_codes
+from runner.stats import chain_sum
 
 
 class ChainState(NamedTuple):
@@ -173,8 +174,9 @@ class FullSumSampler:
     """Not a sampler: every configuration of the space, each weighted by its exact |psi|^2, so
     every expectation value is a sum, not an estimate (no statistical error).
 
-    With a `symmetry` group under which |psi|, log psi's derivatives and H are invariant (checked
-    when the run is built, `runner.build`), one configuration per orbit stands for the whole
+    With a `symmetry` group under which |psi|, log psi's derivatives and H are invariant (H checked
+    when the run is built, `runner.build`, the model when it starts,
+    `runner.vmc.full_sum_invariance_error`), one configuration per orbit stands for the whole
     orbit, weighted by the orbit's size.
 
     Attributes:
@@ -184,7 +186,6 @@ class FullSumSampler:
         symmetry: none | translations | lattice.
         sigma_CxTxN: int8, the configurations (orbit representatives), padded.
         log_size_CxT: log of each one's orbit size (0 without symmetry), -inf for padding.
-        n_configurations: the number of configurations summed over (orbits with symmetry).
     """
 
     hilbert: Hilbert
@@ -192,7 +193,11 @@ class FullSumSampler:
     symmetry: str
     sigma_CxTxN: np.ndarray
     log_size_CxT: np.ndarray
-    n_configurations: int
+
+    @property
+    def n_configurations(self) -> int:
+        """The configurations summed over (orbits with a symmetry): the rows that are not padding."""
+        return int(np.isfinite(self.log_size_CxT).sum())
 
     @property
     def n_samples(self) -> int:
@@ -330,8 +335,7 @@ def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_sam
     sigma = np.concatenate([states_DxN, np.repeat(states_DxN[:1], pad, axis=0)])
     with np.errstate(divide="ignore"):
         log_size = np.log(np.concatenate([size_D, np.zeros(pad, np.int64)]).astype(np.float64))
-    return FullSumSampler(hilbert, n_chains, symmetry, sigma.reshape(n_chains, T, -1),
-                          log_size.reshape(n_chains, T), D)
+    return FullSumSampler(hilbert, n_chains, symmetry, sigma.reshape(n_chains, T, -1), log_size.reshape(n_chains, T))
 
 
 def full_sum_weights(sampler: FullSumSampler, amplitude: "Amplitude", params, sigma_CxTxN):
@@ -339,8 +343,6 @@ def full_sum_weights(sampler: FullSumSampler, amplitude: "Amplitude", params, si
 
     The largest log-weight (a max: exact in any order) is taken out before exponentiating and
     the normaliser is a `chain_sum`, so the weights are the same bits on every layout."""
-    from runner.stats import chain_sum
-
     C, T, N = sigma_CxTxN.shape
     log_abs_CxT = amplitude.init(amplitude.prepare(params), sigma_CxTxN.reshape(C * T, N))[0].reshape(C, T)
     log_w_CxT = 2.0 * log_abs_CxT + jnp.asarray(sampler.log_size_CxT, log_abs_CxT.dtype)

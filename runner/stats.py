@@ -60,11 +60,17 @@ def clip_outliers(x_CxT, width):
     return jnp.where(over, center + dev_CxT * (limit / jnp.where(over, size_CxT, 1.0)), x_CxT)
 
 
-def weighted_mean(x_CxT, w_CxT):
-    """sum w x over the first two axes [...], for weights w [C, T] that sum to 1; a term of
-    weight 0 adds 0 even where x is not finite (a padding row, a node of psi)."""
+def weighted_chain_sums(x_CxT, w_CxT):
+    """Per-chain sums of w x [C, ...] over the second axis; a term of weight 0 adds 0 even where
+    x is not finite (a padding row, a node of psi)."""
     w = w_CxT.reshape(w_CxT.shape + (1,) * (x_CxT.ndim - 2))
-    return chain_sum(jnp.sum(jnp.where(w > 0, w * x_CxT, 0), axis=1))
+    return jnp.sum(jnp.where(w > 0, w * x_CxT, 0), axis=1)
+
+
+def weighted_mean(x_CxT, w_CxT):
+    """sum w x over the first two axes [...], for weights w [C, T] that sum to 1: the
+    `weighted_chain_sums` combined by `chain_sum`."""
+    return chain_sum(weighted_chain_sums(x_CxT, w_CxT))
 
 
 class Stats(NamedTuple):

@@ -23,7 +23,7 @@ from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
 from runner.sampler import (Amplitude, ChainState, FullSumSampler, full_sum_weights, init_chains, plain_amplitude,
                             sample, symmetry_group)
-from runner.stats import chain_mean, chain_sum, clip_outliers, statistics, weighted_mean
+from runner.stats import chain_mean, chain_sum, clip_outliers, statistics, weighted_chain_sums, weighted_mean
 
 
 class VMCState(NamedTuple):
@@ -310,8 +310,13 @@ def centred(x_CxTx, w_CxT=None):
     if w_CxT is None:
         n_samples = x_CxTx.shape[0] * x_CxTx.shape[1]
         return (x_CxTx - chain_mean(x_CxTx)) / jnp.sqrt(n_samples)
+    return _root_weighted(x_CxTx, w_CxT, weighted_mean(x_CxTx, w_CxT))
+
+
+def _root_weighted(x_CxTx, w_CxT, mean):
+    """sqrt(w) (x - mean), 0 where w is 0 (x may be anything there)."""
     w = w_CxT.reshape(w_CxT.shape + (1,) * (x_CxTx.ndim - 2))
-    return jnp.where(w > 0, jnp.sqrt(w) * (x_CxTx - weighted_mean(x_CxTx, w_CxT)), 0)
+    return jnp.where(w > 0, jnp.sqrt(w) * (x_CxTx - mean), 0)
 
 
 def _centred_cotangent(c_CxT, w_CxT=None):
@@ -397,17 +402,10 @@ def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> S
         return SampleChunks(T // chunk, start)
 
     def weighted_start():
-        def weighted_sum(s, w):
-            return jnp.sum(jnp.where(w[..., None] > 0, w[..., None] * derivatives(s), 0), axis=1)
-
-        mean_P = chain_sum(_accumulate_over_samples(weighted_sum, sigma_CxTxN, w_CxT, chunk))
-
-        def chunk_k(k):
-            w = jax.lax.dynamic_slice_in_dim(w_CxT, k * chunk, chunk, axis=1)[..., None]
-            O = derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1))
-            return jnp.where(w > 0, jnp.sqrt(w) * (O - mean_P), 0)
-
-        return chunk_k
+        mean_P = chain_sum(_accumulate_over_samples(lambda s, w: weighted_chain_sums(derivatives(s), w), sigma_CxTxN,
+                                                    w_CxT, chunk))
+        return lambda k: _root_weighted(derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1)),
+                                        jax.lax.dynamic_slice_in_dim(w_CxT, k * chunk, chunk, axis=1), mean_P)
 
     return SampleChunks(T // chunk, weighted_start)
 
@@ -498,20 +496,15 @@ def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
 
 def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
     """Why a full sum over orbits (`runner.sampler.full_sum` with a symmetry) would be wrong for
-    this problem, or None: H must map onto itself under every group element, and for each of the
-    given parameter sets |psi| and the log-derivatives O must be the same on every image of a
-    few of the summed configurations (so psi, E_loc and O are constant on each orbit, up to a
-    parameter-independent phase: a momentum or parity sector). `params_list`: parameter sets, or
-    a function giving them (called only when there is a symmetry to check). Evaluates the model:
-    call it after the runtime is set up."""
+    this model, or None: for each of the given parameter sets, |psi| and the log-derivatives O
+    must be the same on every symmetry image of a few of the summed configurations (so psi,
+    E_loc and O are constant on each orbit, up to a parameter-independent phase: a momentum or
+    parity sector). H's invariance is checked when the run is built (`runner.build`). Evaluates
+    the model: call it after the runtime is set up."""
     sampler = problem.sampler
     if not isinstance(sampler, FullSumSampler) or sampler.symmetry == "none":
         return None
     group_GxN = symmetry_group(sampler.hilbert, sampler.symmetry)
-    g = operators.not_invariant_under(problem.hamiltonian, group_GxN)
-    if g is not None:
-        return (f"{sampler.symmetry} needs a Hamiltonian invariant under the group, and this one is not "
-                f"(element {g}); use sampler.symmetry=none")
     N = sampler.hilbert.n_sites
     reps_KxN = sampler.sigma_CxTxN.reshape(-1, N)[: sampler.n_configurations]
     reps_KxN = reps_KxN[np.linspace(0, len(reps_KxN) - 1, min(8, len(reps_KxN))).astype(int)]
@@ -526,7 +519,7 @@ def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
         O_off = jnp.max(jnp.abs(O_KxGxP - O_KxGxP[:, :1])) / (1.0 + jnp.max(jnp.abs(O_KxGxP)))
         return abs_off, O_off
 
-    for params in (params_list() if callable(params_list) else params_list):
+    for params in params_list:
         abs_off, O_off = deviations(params)
         tol = float(np.sqrt(jnp.finfo(abs_off.dtype).eps))
         if not (abs_off <= tol and O_off <= tol):

@@ -1,6 +1,7 @@
 """The full-sum sampler: exact sums over the space (or its symmetry orbits) against dense
 references, the same bits on every layout, and the refusals that keep an orbit sum honest."""
 
+import dataclasses
 import json
 
 import jax
@@ -34,8 +35,7 @@ PRECONDITIONERS = {
 
 def _update(problem, params, chunk_size=None):
     """(energy stats, flat update) of one full-sum step, jitted."""
-    problem = Problem(problem.hamiltonian, problem.model, problem.sampler, problem.optimizer, problem.precondition,
-                      chunk_size)
+    problem = dataclasses.replace(problem, chunk_size=chunk_size)
     flat = ravel_pytree(params)[0]
     if gradient_mode(params, problem.model) == "split":
         flat = jnp.concatenate([flat.real, flat.imag])
