@@ -213,30 +213,36 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
     A scan over pairs of chains (one batched product per pair, then two additions in order):
     the chains' products are smaller than one product over all samples, and on CPU a pair per
     step runs faster than a chain per step (docs/benchmarks.md). When the caller compiles under a mesh
-    (`jax.set_mesh`), Obar is instead gathered onto every device (a sharding constraint to
-    replicated: the same one product everywhere, cheaper for the P <= 500 of the dense solvers).
+    (`jax.set_mesh`), Obar is instead gathered onto every device for S (a sharding constraint to
+    replicated: the same one product everywhere, cheaper for the P <= 500 of the dense solvers);
+    F still goes chain pair by chain pair: its one product over the gathered samples was not the
+    same bits on every layout once the residuals carry importance weights (a 12-site reweighted
+    run, 1 against 4 devices).
     """
     if not jax.sharding.get_abstract_mesh().empty:
         replicated = jax.sharding.PartitionSpec()
-        Obar_PxS = jax.lax.with_sharding_constraint(Obar_PxS, replicated)
-        eps_S = jax.lax.with_sharding_constraint(eps_S, replicated)
-        return _block_gram_and_force(Obar_PxS, eps_S, mode)
+        gathered_PxS = jax.lax.with_sharding_constraint(Obar_PxS, replicated)
+        S = _block_gram_and_force(gathered_PxS, jax.lax.with_sharding_constraint(eps_S, replicated), mode)[0]
+        return S, _by_chain_pairs(Obar_PxS, eps_S, n_chains, lambda A, e: force(from_dense(A, mode), e, mode))
+    return _by_chain_pairs(Obar_PxS, eps_S, n_chains, lambda A, e: _block_gram_and_force(A, e, mode))
+
+
+def _by_chain_pairs(Obar_PxS, eps_S, n_chains, one_chain):
+    """The sum over chains of one_chain(Obar's columns of the chain, its eps), pair by pair
+    (see `_gram_and_force`)."""
     P, n_samples = Obar_PxS.shape
     pair = 2 if n_chains % 2 == 0 else 1
     A_GxKxPxT = jnp.moveaxis(Obar_PxS.reshape(P, n_chains // pair, pair, -1), 0, 2)
     eps_GxKxT = eps_S.reshape(n_chains // pair, pair, -1)
 
-    def one_chain(A_PxT, e_T):
-        return _block_gram_and_force(A_PxT, e_T, mode)
-
     def add(acc, block):
-        S_KxPxP, F_KxP = jax.vmap(one_chain)(*block)
+        out_K = jax.vmap(one_chain)(*block)
         for k in range(pair):
-            acc = (acc[0] + S_KxPxP[k], acc[1] + F_KxP[k])
+            acc = jax.tree_util.tree_map(lambda a, b: a + b[k], acc, out_K)
         return acc, None
 
-    S_PxP, F_P = jax.eval_shape(one_chain, A_GxKxPxT[0, 0], eps_GxKxT[0, 0])
-    zeros = (jnp.zeros(S_PxP.shape, S_PxP.dtype), jnp.zeros(F_P.shape, F_P.dtype))
+    shapes = jax.eval_shape(one_chain, A_GxKxPxT[0, 0], eps_GxKxT[0, 0])
+    zeros = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
     return jax.lax.scan(add, zeros, (A_GxKxPxT, eps_GxKxT))[0]
 
 
