@@ -172,15 +172,15 @@ class TrainedRun:
 
 
 def _local_statistics(problem, op):
-    """(params, sigma [C, T, N], full-sum weights [C, T] or None) -> Stats of the local estimator
-    of `op` (jitted)."""
+    """(params, sigma [C, T, N] of |psi|^2 or a full sum's, its weights [C, T] or None) -> Stats of
+    the local estimator of `op` (jitted)."""
     import jax
 
     from runner import operators, stats, vmc
 
     e_loc = functools.partial(operators.local_energy, op, problem.logpsi, ratio_fn=vmc.ratio_of(problem.model))
     per_sample = jax.vmap(jax.vmap(e_loc, in_axes=(None, 0)), in_axes=(None, 0))
-    return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(per_sample(params, sigma_CxTxN), w_CxT))
+    return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(per_sample(params, sigma_CxTxN), w_CxT, True))
 
 
 def load(run_dir) -> TrainedRun:

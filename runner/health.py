@@ -10,6 +10,7 @@ VARIANCE_RISE = 100.0  # final variance against its minimum over the run
 VARIANCE_RISE_LATE = 10.0  # median of the last eighth against the eighth before it
 V_SCORE_FLOOR = 1e-4  # variances below N * var / E^2 = this count as converged (noise, not growth)
 RELATIVE_ERROR_MAX = 1e-1
+ESS_LOW = 0.1  # effective sample fraction of importance-weighted training samples (sampler.machine_pow)
 
 
 def _last(records, key):
@@ -100,6 +101,17 @@ def check_cg(cg_iters: list[int], cg_maxiter: int | None):
             "preconditioner.cg_maxiter)")
 
 
+def check_ess(ess_fractions: list[float]):
+    """Importance-weighted training (sampler.machine_pow != 2) whose median effective sample fraction
+    is below ESS_LOW: a few samples carried each step's estimates."""
+    ess_fractions = [f for f in ess_fractions if f is not None]
+    if not ess_fractions or not statistics.median(ess_fractions) < ESS_LOW:
+        return None
+    return ("ess_low", f"the median effective sample fraction of the reweighted training samples is "
+            f"{statistics.median(ess_fractions):.3f}, below {ESS_LOW:g}: a few samples carried each step "
+            "(move sampler.machine_pow closer to 2)")
+
+
 def check(summary: dict, records: list[dict], *, metropolis: bool = True,
           cg_maxiter: int | None = None) -> list[dict]:
     """Every health warning of a run.
@@ -107,7 +119,8 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
     Args:
         summary: summary.json's fields (`energy`, `energy_error`, `variance`, `acceptance`,
             `r_hat`, `exact_energy`, `relative_error`, `n_sites`; any may be None or missing).
-        records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters`).
+        records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters` and
+            `ess_fraction`).
         metropolis: the sampler is a Metropolis sampler (the acceptance check applies).
         cg_maxiter: the CG iteration limit, when the preconditioner solves with CG.
 
@@ -123,5 +136,6 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
                        energy if energy is not None else _last(records, "energy"), summary.get("n_sites")),
         check_relative_error(summary.get("relative_error")),
         check_cg([r.get("cg_iters") for r in records], cg_maxiter),
+        check_ess([r.get("ess_fraction") for r in records]),
     ]
     return [{"name": name, "message": message} for name, message in filter(None, found)]

@@ -290,26 +290,26 @@ def correlation_sums(sigma_CxTxN):
     return jnp.einsum("cti,ctj->cij", s, s)
 
 
-def measure(obs: Observables, local: Local, w_CxT=None) -> dict:
-    """Means and error bars of every observable (jittable); `w_CxT`: a full sum's weights
-    (exact means, error 0), None for samples.
+def measure(obs: Observables, local: Local, w_CxT=None, exact=False) -> dict:
+    """Means and error bars of every observable (jittable); `w_CxT`: None for samples of
+    |psi|^2, importance weights, or with `exact` a full sum's weights (exact means, error 0).
 
     Returns:
         {"obs/<name>": mean, "obs_error/<name>": error} (replicated scalars), plus
         "obs/structure_factor_q_index" (the momentum of the largest S(q)) when reported.
     """
     columns = lambda x_CxTxM: jnp.moveaxis(x_CxTxM, 2, 0)  # noqa: E731
-    return _measure_columns(obs, columns(local.values_CxTxM), columns(local.sq_CxTxQ), w_CxT)[0]
+    return _measure_columns(obs, columns(local.values_CxTxM), columns(local.sq_CxTxQ), w_CxT, exact)[0]
 
 
-def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT, w_CxT=None):
+def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT, w_CxT=None, exact=False):
     """`measure` from the local values laid out observable-first, and S(q)'s Stats [Q].
 
     The statistics go one observable after another (`lax.map`): vmapped, XLA:CPU's FFT meets a
     layout it refuses (RET_CHECK in fft_thunk) once the chains are sharded over devices.
     """
     out = {}
-    stats_of = lambda x_CxT: statistics(x_CxT, w_CxT)  # noqa: E731
+    stats_of = lambda x_CxT: statistics(x_CxT, w_CxT, exact)  # noqa: E731
     if obs.names:
         stats_M = jax.lax.map(stats_of, values_MxCxT)
         for m, name in enumerate(obs.names):
@@ -325,16 +325,17 @@ def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT, w_CxT=None):
 
 
 def step_observer(obs: Observables | None, problem) -> Callable | None:
-    """The `observe` hook of `runner.vmc.vmc_step`: (params, sigma_CxTxN, step) -> metrics,
-    measuring on the step's own samples where step % every == 0 (a `lax.cond`: the other
-    steps compute nothing) and NaN elsewhere, with MEASURED = 1.0 / 0.0. None when every = 0,
-    so the step is exactly the plain one."""
+    """The `observe` hook of `runner.vmc.vmc_step`: (params, sigma_CxTxN, w_CxT, step) ->
+    metrics, measuring on the step's own samples (with their importance weights w, or None)
+    where step % every == 0 (a `lax.cond`: the other steps compute nothing) and NaN elsewhere,
+    with MEASURED = 1.0 / 0.0. None when every = 0, so the step is exactly the plain one."""
     if obs is None or obs.every <= 0:
         return None
 
-    def observe(params, sigma_CxTxN, step):
+    def observe(params, sigma_CxTxN, w_CxT, step):
         def on():
-            return {**measure(obs, local_values(obs, problem, params, sigma_CxTxN)), MEASURED: jnp.ones((), _real())}
+            return {**measure(obs, local_values(obs, problem, params, sigma_CxTxN), w_CxT),
+                    MEASURED: jnp.ones((), _real())}
 
         def off():
             def blank(s):
@@ -364,7 +365,8 @@ def keep_measured(record: dict) -> dict:
 
 
 def estimate(problem, obs: Observables, state, n_rounds: int = 1):
-    """Energy and observables at the current parameters from the same fresh samples.
+    """Energy and observables at the current parameters from the same fresh samples (of |psi|^2,
+    whatever the sampler's `machine_pow` for training).
 
     Like `runner.vmc.estimate` (each chain's `n_rounds` rounds are one longer chain), with the
     observables' local values, S(q) and the per-chain <Z_i Z_j> sums taken on those samples.
@@ -384,7 +386,7 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
         sigma_CxTxN, w_CxT = every_configuration(problem.sampler, problem.amplitude, state.params)
         local = local_values(obs, problem, state.params, sigma_CxTxN)
         out, stats_Q = _measure_columns(obs, jnp.moveaxis(local.values_CxTxM, 2, 0),
-                                        jnp.moveaxis(local.sq_CxTxQ, 2, 0), w_CxT)
+                                        jnp.moveaxis(local.sq_CxTxQ, 2, 0), w_CxT, exact=True)
         s_CxTxN = sigma_CxTxN.astype(_real())
         zz_NxN = chain_sum(jnp.einsum("ct,cti,ctj->cij", w_CxT, s_CxTxN, s_CxTxN))
         measured = {**out, "zz_exact_NxN": zz_NxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
@@ -465,10 +467,10 @@ def results(obs: Observables, measured: dict, n_per_chain: int) -> tuple[dict, d
 
 
 def expect(obs: Observables, problem, params, sigma_CxTxN, w_CxT=None) -> dict:
-    """{name: {"mean", "error"}} of every observable on given samples [C, T, N] (host values;
-    jits the evaluation), or on a full sum's configurations with their weights w [C, T]. For
-    evaluation and the Python API."""
-    fn = jax.jit(lambda p, s, w: measure(obs, local_values(obs, problem, p, s), w))
+    """{name: {"mean", "error"}} of every observable on given samples of |psi|^2 [C, T, N] (host
+    values; jits the evaluation), or on a full sum's configurations with their weights w [C, T]
+    (exact). For evaluation and the Python API."""
+    fn = jax.jit(lambda p, s, w: measure(obs, local_values(obs, problem, p, s), w, exact=True))
     measured = jax.device_get(fn(params, sigma_CxTxN, w_CxT))
     out = {name: {"mean": _number(measured[PREFIX + name]), "error": _number(measured[ERROR_PREFIX + name])}
            for name in obs.all_names}

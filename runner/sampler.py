@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from runner.errors import ConfigError, require_int
+from runner.errors import ConfigError, require_int, require_number
 from runner.hilbert import Hilbert, all_states, states_to_codes
-from runner.stats import chain_sum
+from runner.stats import chain_max, chain_sum
 
 
 class ChainState(NamedTuple):
@@ -137,6 +137,8 @@ class MetropolisSampler:
         n_chains: total number of chains.
         n_discard_per_chain: sweeps thrown away at the start of each call.
         sweep_size: proposals between two recorded samples.
+        machine_pow: p in (0, 2]: training samples are drawn from |psi|^p and reweighted by
+            |psi|^(2-p) (`runner.vmc.draw`); estimates always sample |psi|^2 (`sample`).
     """
 
     hilbert: Hilbert
@@ -145,6 +147,7 @@ class MetropolisSampler:
     n_chains: int
     n_discard_per_chain: int
     sweep_size: int
+    machine_pow: float = 2.0
 
     @property
     def samples_per_chain(self) -> int:
@@ -153,11 +156,13 @@ class MetropolisSampler:
 
 @dataclasses.dataclass(frozen=True)
 class ExactSampler:
-    """Independent draws from the exact |psi|^2 over the enumerated space (small spaces)."""
+    """Independent draws from the exact |psi|^2 over the enumerated space (small spaces);
+    `machine_pow` as for `MetropolisSampler`."""
 
     hilbert: Hilbert
     n_samples: int
     n_chains: int
+    machine_pow: float = 2.0
 
     @property
     def samples_per_chain(self) -> int:
@@ -222,7 +227,17 @@ def _check_counts(n_samples, n_chains):
         raise ConfigError("n_samples", f"must give at least 2 samples per chain (got {n_samples} for {n_chains} chains)")
 
 
-def _metropolis(hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_size):
+def _check_machine_pow(machine_pow) -> float:
+    """machine_pow as a float in (0, 2]. Above 2 the weights |psi|^(2-p) would be largest where
+    psi is smallest, the configurations the chains visit least: their variance can be infinite."""
+    require_number("machine_pow", machine_pow, positive=True)
+    if machine_pow > 2:
+        raise ConfigError("machine_pow", f"must be at most 2 (got {machine_pow}): samples of |psi|^p with p > 2 "
+                                         "reweighted to |psi|^2 can have an infinite variance")
+    return float(machine_pow)
+
+
+def _metropolis(hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_size, machine_pow):
     _check_counts(n_samples, n_chains)
     if n_discard_per_chain is None:
         n_discard_per_chain = (n_samples // n_chains) // 10
@@ -231,7 +246,7 @@ def _metropolis(hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_s
         sweep_size = hilbert.n_sites
     require_int("sweep_size", sweep_size, minimum=1)
     return MetropolisSampler(
-        hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_size
+        hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_size, _check_machine_pow(machine_pow)
     )
 
 
@@ -241,9 +256,11 @@ def metropolis_local(
     n_chains: int = 16,
     n_discard_per_chain: int | None = None,
     sweep_size: int | None = None,
+    machine_pow: float = 2.0,
 ) -> MetropolisSampler:
     """Metropolis with single spin flips. `n_discard_per_chain` null: a tenth of the samples
-    per chain; `sweep_size` null: the number of sites."""
+    per chain; `sweep_size` null: the number of sites; `machine_pow` p: training samples of
+    |psi|^p, reweighted (see `MetropolisSampler`)."""
     if hilbert.total_sz is not None:
         raise ConfigError(
             "sampler",
@@ -251,7 +268,7 @@ def metropolis_local(
             "use sampler=metropolis_exchange or hilbert.total_sz=null",
         )
     return _metropolis(
-        hilbert, local_rule(hilbert.n_sites), n_samples, n_chains, n_discard_per_chain, sweep_size
+        hilbert, local_rule(hilbert.n_sites), n_samples, n_chains, n_discard_per_chain, sweep_size, machine_pow
     )
 
 
@@ -261,21 +278,23 @@ def metropolis_exchange(
     n_chains: int = 16,
     n_discard_per_chain: int | None = None,
     sweep_size: int | None = None,
+    machine_pow: float = 2.0,
 ) -> MetropolisSampler:
     """Metropolis with swaps of the two spins on a nearest-neighbour bond whose spins differ
-    (keeps Sz)."""
+    (keeps Sz); the other arguments as for `metropolis_local`."""
     if hilbert.total_sz is None:
         raise ConfigError(
             "sampler",
             "metropolis_exchange conserves Sz and needs hilbert.total_sz to be set (e.g. 0)",
         )
     return _metropolis(
-        hilbert, exchange_rule(hilbert.bonds), n_samples, n_chains, n_discard_per_chain, sweep_size
+        hilbert, exchange_rule(hilbert.bonds), n_samples, n_chains, n_discard_per_chain, sweep_size, machine_pow
     )
 
 
-def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16) -> ExactSampler:
-    """Exact sampling from |psi|^2; only for spaces of at most 2^16 states."""
+def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16, machine_pow: float = 2.0) -> ExactSampler:
+    """Exact sampling from |psi|^2 (training samples from |psi|^p with `machine_pow` p,
+    reweighted); only for spaces of at most 2^16 states."""
     _check_counts(n_samples, n_chains)
     if hilbert.n_states > EXACT_SAMPLER_MAX_STATES:
         raise ConfigError(
@@ -283,7 +302,7 @@ def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16) -> ExactS
             f"exact needs a Hilbert space of at most {EXACT_SAMPLER_MAX_STATES} states "
             f"(this one has {hilbert.n_states}); use metropolis_local or metropolis_exchange",
         )
-    return ExactSampler(hilbert, n_samples, n_chains)
+    return ExactSampler(hilbert, n_samples, n_chains, _check_machine_pow(machine_pow))
 
 
 def symmetry_group(hilbert: Hilbert, symmetry: str) -> np.ndarray:
@@ -339,14 +358,32 @@ def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_sam
 
 
 def full_sum_weights(sampler: FullSumSampler, amplitude: "Amplitude", params, sigma_CxTxN):
-    """w [C, T]: |psi|^2 times the orbit size, normalised to sum 1 (0 on the padding).
+    """w [C, T]: |psi|^2 times the orbit size, normalised to sum 1 (0 on the padding;
+    `normalised_weights`)."""
+    log_abs_CxT = log_abs_of(amplitude, params, sigma_CxTxN)
+    return normalised_weights(2.0 * log_abs_CxT + jnp.asarray(sampler.log_size_CxT, log_abs_CxT.dtype))
 
-    The largest log-weight (a max: exact in any order) is taken out before exponentiating and
-    the normaliser is a `chain_sum`, so the weights are the same bits on every layout."""
-    C, T, N = sigma_CxTxN.shape
-    log_abs_CxT = amplitude.init(amplitude.prepare(params), sigma_CxTxN.reshape(C * T, N))[0].reshape(C, T)
-    log_w_CxT = 2.0 * log_abs_CxT + jnp.asarray(sampler.log_size_CxT, log_abs_CxT.dtype)
-    w_CxT = jnp.exp(log_w_CxT - jnp.max(log_w_CxT))
+
+def importance_weights(sampler, amplitude: "Amplitude", params, sigma_CxTxN):
+    """w [C, T] proportional to |psi|^(2 - p), summing to 1: samples of |psi|^p (p the
+    sampler's `machine_pow`) so weighted estimate expectation values in |psi|^2."""
+    return normalised_weights((2.0 - sampler.machine_pow) * log_abs_of(amplitude, params, sigma_CxTxN))
+
+
+def log_abs_of(amplitude: "Amplitude", params, sigma_CxTxN):
+    """log |psi| [C, T] of samples, evaluated as the Markov chains evaluate it: one configuration
+    per chain at a time, so the values are the same bits on every layout (one batch of all C T
+    rows would let XLA pick a different matrix product for each layout's rows per device)."""
+    tables = amplitude.prepare(params)
+    log_abs_TxC = jax.lax.map(lambda sigma_CxN: amplitude.init(tables, sigma_CxN)[0], jnp.swapaxes(sigma_CxTxN, 0, 1))
+    return log_abs_TxC.T
+
+
+def normalised_weights(log_w_CxT):
+    """exp(log w) / sum exp(log w) [C, T] (0 where log w is -inf). The largest log-weight
+    (`chain_max`) is taken out before exponentiating and the normaliser is a `chain_sum`, so the
+    weights are the same bits on every layout."""
+    w_CxT = jnp.exp(log_w_CxT - chain_max(log_w_CxT))
     return w_CxT / chain_sum(jnp.sum(w_CxT, axis=1))
 
 
@@ -379,25 +416,27 @@ def init_chains(sampler, seed: int) -> ChainState:
 # --- sampling -----------------------------------------------------------------------------
 
 
-def sample(sampler, amplitude: Amplitude, params, chains: ChainState):
-    """Draws `sampler.n_samples` configurations from |psi|^2.
+def sample(sampler, amplitude: Amplitude, params, chains: ChainState, machine_pow: float = 2.0):
+    """Draws `sampler.n_samples` configurations from |psi|^machine_pow (|psi|^2 unless a
+    caller that reweights asks for another power: `runner.vmc.draw`).
 
     Args:
         sampler: a MetropolisSampler or ExactSampler.
         amplitude: how to evaluate log |psi| (see `Amplitude`, `plain_amplitude`).
         params: model parameters (replicated).
         chains: current chain state (leading axis C).
+        machine_pow: the power p of |psi| sampled.
 
     Returns:
         (chains, sigma_CxTxN, acceptance): the advanced chains, T = n_samples / n_chains
         samples per chain in chain order, and the mean acceptance rate (1 for exact).
     """
     if isinstance(sampler, ExactSampler):
-        return _sample_exact(sampler, amplitude, params, chains)
+        return _sample_exact(sampler, amplitude, params, chains, machine_pow)
     if isinstance(sampler, FullSumSampler):  # the same configurations every call
         sigma_CxTxN = jnp.asarray(sampler.sigma_CxTxN)
         return chains, sigma_CxTxN, jnp.ones(())
-    return _sample_metropolis(sampler, amplitude, params, chains)
+    return _sample_metropolis(sampler, amplitude, params, chains, machine_pow)
 
 
 def _draw(sampler, key, n_steps):
@@ -408,7 +447,7 @@ def _draw(sampler, key, n_steps):
     return moves, log_u
 
 
-def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params, chains: ChainState):
+def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params, chains: ChainState, machine_pow):
     T = sampler.samples_per_chain
     n_sweeps = sampler.n_discard_per_chain + T
     n_steps = n_sweeps * sampler.sweep_size
@@ -428,7 +467,7 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
         proposed_CxN = apply(sigma_CxN, sites_CxK, values_CxK)
         delta_CxK = values_CxK - jnp.take_along_axis(sigma_CxN, sites_CxK, axis=1)
         log_abs_new_C, cache_new = amplitude.update(tables, cache, proposed_CxN, sites_CxK, delta_CxK)
-        accept_C = log_u_C < 2.0 * (log_abs_new_C - log_abs_C) + log_q_C
+        accept_C = log_u_C < machine_pow * (log_abs_new_C - log_abs_C) + log_q_C
         keep = lambda new, old: jnp.where(accept_C.reshape(-1, *[1] * (new.ndim - 1)), new, old)  # noqa: E731
         sigma_CxN = keep(proposed_CxN, sigma_CxN)
         log_abs_C = keep(log_abs_new_C, log_abs_C)
@@ -452,9 +491,9 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
     return ChainState(carry[0], key_C), sigma_CxTxN, acceptance
 
 
-def _sample_exact(sampler: ExactSampler, amplitude: Amplitude, params, chains: ChainState):
+def _sample_exact(sampler: ExactSampler, amplitude: Amplitude, params, chains: ChainState, machine_pow):
     states_DxN = jnp.asarray(all_states(sampler.hilbert))
-    log_p_D = 2.0 * amplitude.init(amplitude.prepare(params), states_DxN)[0]
+    log_p_D = machine_pow * amplitude.init(amplitude.prepare(params), states_DxN)[0]
     T = sampler.samples_per_chain
     split = jax.vmap(jax.random.split)(chains.key_C)
     key_C, draw_C = split[:, 0], split[:, 1]

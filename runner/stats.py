@@ -29,6 +29,21 @@ def chain_sum(x_Cx):
     return x_Cx[0]
 
 
+def chain_max(x_Cx):
+    """The largest element of per-chain values [C, ...] (a scalar), taken like `chain_sum`: the
+    per-chain maxima halved pairwise. A max is exact in any order; what this fixes is how the
+    partitioner combines it across devices (the same pattern of collectives as `chain_sum`,
+    where a `jnp.max` over the sharded axis made a second kind of all-reduce, which two
+    processes were seen to issue in different orders)."""
+    m_C = jnp.max(x_Cx.reshape(x_Cx.shape[0], -1), axis=1)
+    while m_C.shape[0] > 1:
+        if m_C.shape[0] % 2:
+            m_C = jnp.concatenate([m_C, m_C[:1]])
+        half = m_C.shape[0] // 2
+        m_C = jnp.maximum(m_C[:half], m_C[half:])
+    return m_C[0]
+
+
 def chain_mean(x_CxT):
     """The mean over the first two axes (chains, samples of a chain) [...], each chain summed
     on its own and the chains combined by `chain_sum`: independent of the layout."""
@@ -124,7 +139,30 @@ def exact_statistics(x_CxT, w_CxT) -> Stats:
     return Stats(mean, zero, variance, zero, jnp.full((), jnp.nan, variance.dtype))
 
 
-def statistics(x_CxT, w_CxT=None) -> Stats:
+def importance_statistics(x_CxT, w_CxT) -> Stats:
+    """Stats of samples of another distribution than |psi|^2 with importance weights w [C, T]
+    that sum to 1 (`runner.sampler.importance_weights`): the weighted (self-normalised) mean and
+    variance; the error of the mean by the delta method, from z = N w (x - mean), whose plain
+    mean has the same fluctuations: sqrt(<|z|^2> / N (1 + 2 tau)) with tau and R-hat those of
+    Re z (equal weights give `statistics`' error)."""
+    mean = weighted_mean(x_CxT, w_CxT)
+    variance = weighted_mean(jnp.abs(x_CxT - mean) ** 2, w_CxT)
+    n = x_CxT.size
+    z_CxT = n * w_CxT * (x_CxT - mean)
+    real_CxT = jnp.real(z_CxT)
+    tau = _autocorrelation_time(real_CxT)
+    error = jnp.sqrt(chain_mean(jnp.abs(z_CxT) ** 2) / n * (1.0 + 2.0 * tau))
+    r_hat = _split_r_hat(real_CxT) if x_CxT.shape[1] >= 4 else jnp.full((), jnp.nan, real_CxT.dtype)
+    return Stats(mean, error, variance, tau, r_hat)
+
+
+def effective_sample_fraction(w_CxT):
+    """Kish's effective sample size over the number of samples, 1 / (N sum w^2), for weights
+    that sum to 1: 1 for equal weights, small when a few samples carry the estimate."""
+    return 1.0 / (w_CxT.size * chain_sum(jnp.sum(w_CxT**2, axis=1)))
+
+
+def statistics(x_CxT, w_CxT=None, exact=False) -> Stats:
     """Statistics of samples laid out as C chains of T consecutive samples.
 
     Every reduction over chains is a `chain_sum` of per-chain partials, so the statistics are
@@ -134,13 +172,16 @@ def statistics(x_CxT, w_CxT=None) -> Stats:
 
     Args:
         x_CxT: samples, real or complex, [C, T].
-        w_CxT: None for samples of |psi|^2; exact weights (`exact_statistics`) for a full sum.
+        w_CxT: None for samples of |psi|^2; importance weights (`importance_statistics`) for
+            samples of another distribution, or with `exact` a full sum's weights
+            (`exact_statistics`: no statistical error).
+        exact: whether w are a full sum's exact weights.
 
     Returns:
         Stats with real scalars except `mean`, which keeps the dtype of x.
     """
     if w_CxT is not None:
-        return exact_statistics(x_CxT, w_CxT)
+        return exact_statistics(x_CxT, w_CxT) if exact else importance_statistics(x_CxT, w_CxT)
     mean = chain_mean(x_CxT)
     variance = chain_mean(jnp.abs(x_CxT - mean) ** 2)
     real_CxT = jnp.real(x_CxT)

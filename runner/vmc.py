@@ -21,9 +21,10 @@ from models import fast_paths
 from runner import operators
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
-from runner.sampler import (Amplitude, ChainState, FullSumSampler, full_sum_weights, init_chains, plain_amplitude,
-                            sample, symmetry_group)
-from runner.stats import chain_mean, chain_sum, clip_outliers, statistics, weighted_chain_sums, weighted_mean
+from runner.sampler import (Amplitude, ChainState, FullSumSampler, full_sum_weights, importance_weights, init_chains,
+                            plain_amplitude, sample, symmetry_group)
+from runner.stats import (chain_mean, chain_sum, clip_outliers, effective_sample_fraction, statistics,
+                          weighted_chain_sums, weighted_mean)
 
 
 class VMCState(NamedTuple):
@@ -305,8 +306,9 @@ def _block_products(problem: Problem, params, mode):
 
 def centred(x_CxTx, w_CxT=None):
     """The rows of the natural gradient's Jacobian or residuals: (x - <x>) / sqrt(N_s) for
-    samples of |psi|^2 (w None), sqrt(w) (x - sum w x) for a full sum with weights w [C, T]
-    (0 where w is 0). Sums are `chain_mean` / `weighted_mean`: the same bits on every layout."""
+    samples of |psi|^2 (w None), sqrt(w) (x - sum w x) for weights w [C, T] (a full sum's, or
+    importance weights; 0 where w is 0). Sums are `chain_mean` / `weighted_mean`: the same bits
+    on every layout."""
     if w_CxT is None:
         n_samples = x_CxTx.shape[0] * x_CxTx.shape[1]
         return (x_CxTx - chain_mean(x_CxTx)) / jnp.sqrt(n_samples)
@@ -330,7 +332,7 @@ def _centred_cotangent(c_CxT, w_CxT=None):
 
 def jacobian(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> Jacobian:
     """The centred, scaled log-derivatives Obar = (O - <O>) / sqrt(N_s) of the samples (with
-    full-sum weights w: sqrt(w) (O - sum w O), `centred`), both as a dense matrix (built only
+    weights w: sqrt(w) (O - sum w O), `centred`), both as a dense matrix (built only
     if a preconditioner asks) and as products with vectors (a forward and a transposed
     derivative of log psi over the batch, O never formed).
 
@@ -373,7 +375,7 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> Jacobia
 def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> SampleChunks:
     """Obar in chunks of `chunk_per_chain` samples of every chain (one chunk without
     chunk_size), for minSR's kernel: O of a chunk is made when it is asked for, centred with
-    the mean over all samples (weighted by w for a full sum), which `start` computes in a first
+    the mean over all samples (weighted by w if given), which `start` computes in a first
     pass over the chunks."""
     C, T = sigma_CxTxN.shape[:2]
     n_samples = C * T
@@ -414,15 +416,15 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0, w_C
     """Statistics of E_loc, the preconditioned gradient as a parameter pytree, the
     preconditioner's next state (`solver`: its state from the previous step) and its info
     (a dict of scalars for the metrics: CG's iterations and residual; {} for direct solvers).
-    `step`: the VMC step, which a diag_shift schedule reads. `w_CxT`: a full sum's weights
-    (`draw`), None for samples.
+    `step`: the VMC step, which a diag_shift schedule reads. `w_CxT`: the weights `draw` gives
+    (a full sum's, or importance weights), None for samples of |psi|^2.
 
     Gradient convention (NetKet 3.23's, so learning rates transfer): dE/dtheta = 2 Re<O* (E_loc - E)>
     for real parameters; dE/dx + i dE/dy = 2 <O* (E_loc - E)> for complex z = x + i y, so a
     complex parameter moves exactly as the pair (x, y) of real ones would.
     """
     eloc_CxT = local_energies(problem, params, sigma_CxTxN)
-    stats = statistics(eloc_CxT, w_CxT)
+    stats = statistics(eloc_CxT, w_CxT, exact=sums_exactly(problem))
     mode = gradient_mode(params, problem.model)
     jac = jacobian(problem, params, sigma_CxTxN, mode, w_CxT)
     if problem.clip_local_energy is None:
@@ -430,7 +432,7 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0, w_C
     else:
         # A sample beside a near-node of psi (|psi(s)| << |psi(s')|) has a huge E_loc: rare,
         # but one such sample's gradient can throw the parameters far away.
-        eps_S = centred(clip_outliers(eloc_CxT, problem.clip_local_energy)).reshape(-1)
+        eps_S = centred(clip_outliers(eloc_CxT, problem.clip_local_energy), w_CxT).reshape(-1)
     solution_P, solver, info = problem.precondition.update(jac, eps_S, "real" if mode == "split" else mode, solver,
                                                            step)
     flat, unravel = ravel_pytree(params)
@@ -439,32 +441,49 @@ def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0, w_C
     return stats, unravel(update_P.astype(flat.dtype)), solver, info
 
 
+def sums_exactly(problem: Problem) -> bool:
+    """Whether the problem's weights are a full sum's (exact), not importance weights."""
+    return isinstance(problem.sampler, FullSumSampler)
+
+
 def draw(problem: Problem, params, chains: ChainState):
-    """(chains, sigma [C, T, N], w [C, T] or None, acceptance): samples of |psi|^2 from the
-    problem's sampler (w None), or a full sum's configurations and their exact weights."""
-    chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, params, chains)
-    if not isinstance(problem.sampler, FullSumSampler):
-        return chains, sigma_CxTxN, None, acceptance
-    return chains, sigma_CxTxN, full_sum_weights(problem.sampler, problem.amplitude, params, sigma_CxTxN), acceptance
+    """(chains, sigma [C, T, N], w [C, T] or None, acceptance) for a training step: samples of
+    |psi|^2 (w None); samples of |psi|^p with their importance weights |psi|^(2-p) for a
+    sampler's `machine_pow` p != 2 (the rare configurations where |psi| is small, which the
+    gradient needs to learn signs near nodes, are visited more); or a full sum's configurations
+    and their exact weights."""
+    power = getattr(problem.sampler, "machine_pow", 2.0)
+    chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, params, chains, power)
+    if sums_exactly(problem):
+        w_CxT = full_sum_weights(problem.sampler, problem.amplitude, params, sigma_CxTxN)
+    elif power != 2.0:
+        w_CxT = importance_weights(problem.sampler, problem.amplitude, params, sigma_CxTxN)
+    else:
+        w_CxT = None
+    return chains, sigma_CxTxN, w_CxT, acceptance
 
 
 def vmc_step(problem: Problem, state: VMCState, observe=None):
     """One VMC iteration: sample, estimate the energy and its gradient, update parameters.
 
-    `observe`: optional (params, sigma_CxTxN, step) -> dict of scalars, measured on the step's
-    own samples and added to the metrics (`runner.observables.step_observer`).
+    `observe`: optional (params, sigma_CxTxN, w_CxT, step) -> dict of scalars, measured on the
+    step's own samples (with their importance weights, or None) and added to the metrics
+    (`runner.observables.step_observer`).
 
     Returns:
         (new_state, metrics): metrics are replicated scalars describing the parameters
-        *before* the update (the energy the samples estimate), and the preconditioner's info
-        (`cg_iters`, `cg_residual` when SR solves with CG).
+        *before* the update (the energy the samples estimate), the preconditioner's info
+        (`cg_iters`, `cg_residual` when SR solves with CG) and, with importance weights, the
+        effective sample fraction `ess_fraction` (`runner.stats.effective_sample_fraction`).
     """
     chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
     stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step,
                                                    w_CxT)
     if problem.learning_rate is not None:  # a schedule: the value this step's update uses, for the metrics
         info = {**info, "learning_rate": problem.learning_rate(state.step)}
-    observed = observe(state.params, sigma_CxTxN, state.step) if observe is not None else {}
+    if w_CxT is not None and not sums_exactly(problem):
+        info = {**info, "ess_fraction": effective_sample_fraction(w_CxT)}
+    observed = observe(state.params, sigma_CxTxN, w_CxT, state.step) if observe is not None else {}
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new_state = VMCState(params, opt_state, chains, state.step + 1, solver)
@@ -474,16 +493,18 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
     """Energy statistics at the current parameters from fresh samples (no update).
 
-    Draws `n_rounds` consecutive rounds of `n_samples`; each chain's rounds are treated as
-    one longer chain, so the error and tau account for correlations between rounds. A full sum
-    is summed once (more rounds would repeat it).
+    Draws `n_rounds` consecutive rounds of `n_samples` from |psi|^2 (whatever the sampler's
+    `machine_pow` for training); each chain's rounds are treated as one longer chain, so the
+    error and tau account for correlations between rounds. A full sum is summed once (more
+    rounds would repeat it).
 
     Returns:
         (chains, metrics) with the advanced chains.
     """
-    if isinstance(problem.sampler, FullSumSampler):
+    if sums_exactly(problem):
         chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
-        return chains, _metrics(statistics(local_energies(problem, state.params, sigma_CxTxN), w_CxT), acceptance)
+        return chains, _metrics(statistics(local_energies(problem, state.params, sigma_CxTxN), w_CxT, exact=True),
+                                acceptance)
 
     def one_round(chains, _):
         chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)

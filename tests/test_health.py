@@ -87,5 +87,12 @@ def test_cg_at_its_iteration_limit_is_optional():
     assert names(HEALTHY, records([0.5] * 10), cg_maxiter=1000) == []  # metrics without cg_iters
 
 
+def test_importance_weights_carried_by_few_samples():
+    got = health.check(HEALTHY, records([0.5] * 10, ess_fraction=0.05))
+    assert [w["name"] for w in got] == ["ess_low"] and "0.050" in got[0]["message"]
+    assert names(HEALTHY, records([0.5] * 10, ess_fraction=0.6)) == []
+    assert names(HEALTHY, records([0.5] * 10)) == []  # samples of |psi|^2: no weights
+
+
 def test_failed_run_without_final_numbers():
     assert health.check({"status": "failed"}, []) == []

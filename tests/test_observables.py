@@ -240,7 +240,7 @@ def test_step_observer_measures_only_every_k_steps():
     assert observables.step_observer(observables.spin(lattice, ham, every=0), problem) is None
     observe = observables.step_observer(observables.spin(lattice, ham, every=3), problem)
     _, sigma, _ = sample(sampler, problem.amplitude, params, init_chains(sampler, 0))
-    fn = jax.jit(lambda step: observe(params, sigma, step))
+    fn = jax.jit(lambda step: observe(params, sigma, None, step))
     on, off = jax.device_get(fn(jnp.int32(6))), jax.device_get(fn(jnp.int32(7)))
     assert on[observables.MEASURED] == 1 and off[observables.MEASURED] == 0
     assert np.isfinite(on["obs/mz2"]) and np.isnan(off["obs/mz2"])
