@@ -13,7 +13,7 @@ from runner import fingerprint, observables, operators, precond, restore, schedu
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.hilbert import Hilbert
 from runner.operators import Hamiltonian
-from runner.sampler import FullSumSampler, symmetry_group
+from runner.sampler import FullSumSampler, symmetry_group, training_power
 from runner.vmc import Problem
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
@@ -256,7 +256,7 @@ def build(config: dict, sweep_job=None) -> Experiment:
     observed = observables.build(config.get("observables"), hilbert, hamiltonian)
     if isinstance(sampler, FullSumSampler):
         _check_full_sum(config, problem, observed)
-    if getattr(sampler, "machine_pow", 2.0) != 2.0 and config["preconditioner"].get("momentum"):
+    if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):
         raise ConfigError("preconditioner.momentum", "must be 0 with sampler.machine_pow other than 2 (SPRING "
                                                      "assumes equally weighted samples)")
     return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed)

@@ -227,6 +227,12 @@ def _check_counts(n_samples, n_chains):
         raise ConfigError("n_samples", f"must give at least 2 samples per chain (got {n_samples} for {n_chains} chains)")
 
 
+def training_power(sampler) -> float:
+    """The power p of |psi| that the sampler's training samples are drawn from: its
+    `machine_pow`, or 2 for a sampler without one (the full sum's weights are |psi|^2)."""
+    return getattr(sampler, "machine_pow", 2.0)
+
+
 def _check_machine_pow(machine_pow) -> float:
     """machine_pow as a float in (0, 2]. Above 2 the weights |psi|^(2-p) would be largest where
     psi is smallest, the configurations the chains visit least: their variance can be infinite."""

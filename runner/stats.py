@@ -21,11 +21,17 @@ def chain_sum(x_Cx):
     Returns:
         Their sum [...].
     """
+    return _pairwise(x_Cx, jnp.add, jnp.zeros_like(x_Cx[:1]))
+
+
+def _pairwise(x_Cx, combine, pad_1x):
+    """combine(x[:C/2], x[C/2:]), halving until one row is left, with the row `pad_1x` appended
+    to an odd count (it must leave the result unchanged: zero for a sum)."""
     while x_Cx.shape[0] > 1:
         if x_Cx.shape[0] % 2:
-            x_Cx = jnp.concatenate([x_Cx, jnp.zeros_like(x_Cx[:1])])
+            x_Cx = jnp.concatenate([x_Cx, pad_1x])
         half = x_Cx.shape[0] // 2
-        x_Cx = x_Cx[:half] + x_Cx[half:]
+        x_Cx = combine(x_Cx[:half], x_Cx[half:])
     return x_Cx[0]
 
 
@@ -37,12 +43,7 @@ def chain_max(x_Cx):
     two-process runs failed on mismatched collectives (gloo: a 16-byte message where 8 were
     expected) or gave a wrong effective sample fraction; with `chain_max`, none of 8."""
     m_C = jnp.max(x_Cx.reshape(x_Cx.shape[0], -1), axis=1)
-    while m_C.shape[0] > 1:
-        if m_C.shape[0] % 2:
-            m_C = jnp.concatenate([m_C, m_C[:1]])
-        half = m_C.shape[0] // 2
-        m_C = jnp.maximum(m_C[:half], m_C[half:])
-    return m_C[0]
+    return _pairwise(m_C, jnp.maximum, m_C[:1])
 
 
 def chain_mean(x_CxT):

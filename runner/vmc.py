@@ -22,7 +22,7 @@ from runner import operators
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
 from runner.sampler import (Amplitude, ChainState, FullSumSampler, full_sum_weights, importance_weights, init_chains,
-                            plain_amplitude, sample, symmetry_group)
+                            plain_amplitude, sample, symmetry_group, training_power)
 from runner.stats import (chain_mean, chain_sum, clip_outliers, effective_sample_fraction, statistics,
                           weighted_chain_sums, weighted_mean)
 
@@ -452,7 +452,7 @@ def draw(problem: Problem, params, chains: ChainState):
     sampler's `machine_pow` p != 2 (the rare configurations where |psi| is small, which the
     gradient needs to learn signs near nodes, are visited more); or a full sum's configurations
     and their exact weights."""
-    power = getattr(problem.sampler, "machine_pow", 2.0)
+    power = training_power(problem.sampler)
     chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, params, chains, power)
     if sums_exactly(problem):
         w_CxT = full_sum_weights(problem.sampler, problem.amplitude, params, sigma_CxTxN)
