@@ -220,11 +220,16 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
     run, 1 against 4 devices).
     """
     if not jax.sharding.get_abstract_mesh().empty:
-        replicated = jax.sharding.PartitionSpec()
-        gathered_PxS = jax.lax.with_sharding_constraint(Obar_PxS, replicated)
-        S = _block_gram_and_force(gathered_PxS, jax.lax.with_sharding_constraint(eps_S, replicated), mode)[0]
+        S = _block_gram_and_force(_replicated(Obar_PxS), _replicated(eps_S), mode)[0]
         return S, _by_chain_pairs(Obar_PxS, eps_S, n_chains, lambda A, e: force(from_dense(A, mode), e, mode))
     return _by_chain_pairs(Obar_PxS, eps_S, n_chains, lambda A, e: _block_gram_and_force(A, e, mode))
+
+
+def _replicated(x):
+    """x whole on every device when compiled under a mesh (as it is without one)."""
+    if jax.sharding.get_abstract_mesh().empty:
+        return x
+    return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec())
 
 
 def _by_chain_pairs(Obar_PxS, eps_S, n_chains, one_chain):
@@ -377,7 +382,8 @@ def cg_tolerance(cg_tol, dtype) -> float:
 
 def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxiter, recycle_every):
     """SR by conjugate gradients on (S + diag_shift) x = F, warm-started from the previous
-    solution and deflated with the recycled basis (refreshed every `recycle_every` steps).
+    solution and deflated with the recycled basis (refreshed every `recycle_every` steps):
+    (x, F, next state, info).
 
     S x = Obar^H (Obar x) from two products with the batch's derivatives of log psi: for an
     RBM each costs as much as a product with the dense O, and nothing of size N_s x P is
@@ -399,12 +405,13 @@ def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, diag_shift, tol, maxit
     iters = jnp.asarray(iters, jnp.int32)
     state = CGState(x, basis, scale, jnp.where(refresh, 1, state.age + 1),
                     jnp.where(refresh, iters, state.plain_iters), iters)
-    return x, state, {"cg_iters": iters, "cg_residual": residual}
+    return x, F, state, {"cg_iters": iters, "cg_residual": residual}
 
 
 def sr_update(jac: Jacobian, eps_S, mode, state, step=0, *, diag_shift, solver, tol=None, maxiter=1000,
-              recycle_every=20):
-    """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F.
+              recycle_every=20, max_norm=None):
+    """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F, x then capped to a
+    length of `max_norm` in the metric S (`_capped`; None: no cap).
 
     The cg solver carries a `CGState` (`sr`'s init decides, resolving "auto" from the number
     of parameters); the dense solvers carry nothing. `diag_shift`: a number, or a schedule
@@ -412,12 +419,29 @@ def sr_update(jac: Jacobian, eps_S, mode, state, step=0, *, diag_shift, solver, 
     """
     if isinstance(state, CGState):
         shift, shown = shift_at(diag_shift, step, state.x0.dtype)
-        x, state, info = _cg_solve(jac, eps_S, mode, state, shift, tol, maxiter, recycle_every)
-        return x, state, {**info, **shown}
-    # The force from the matrix just built, not from another pass over the samples.
-    S, F = _gram_and_force(jac.dense(), eps_S, mode, jac.n_chains)
-    shift, shown = shift_at(diag_shift, step, S.dtype)
-    return _solve_psd(_shifted(S, shift), F, solver), state, shown
+        x, F, state, info = _cg_solve(jac, eps_S, mode, state, shift, tol, maxiter, recycle_every)
+    else:
+        # The force from the matrix just built, not from another pass over the samples.
+        S, F = _gram_and_force(jac.dense(), eps_S, mode, jac.n_chains)
+        shift, shown = shift_at(diag_shift, step, S.dtype)
+        x, info = _solve_psd(_shifted(S, shift), F, solver), {}
+    x, capped = _capped(x, _real_dot(x, F), shift, max_norm)
+    return x, state, {**info, **shown, **capped}
+
+
+def _real_dot(a, b):
+    """Re(a^H b)."""
+    return jnp.real(jnp.vdot(a, b))
+
+
+def _capped(x, x_dot_F, shift, max_norm):
+    """x scaled down to a length of at most `max_norm` in the metric S (None: as it is), and the
+    info {"step_norm": its length before} (with a cap only). x solves (S + shift) x = F, so
+    x^H S x = Re(x^H F) - shift |x|^2 needs no further product with S or the samples."""
+    if max_norm is None:
+        return x, {}
+    norm = jnp.sqrt(jnp.maximum(x_dot_F - shift * _real_dot(x, x), 0.0))
+    return x * (max_norm / jnp.maximum(norm, max_norm)), {"step_norm": norm}
 
 
 def _chunks_of(jac: Jacobian) -> SampleChunks:
@@ -503,10 +527,11 @@ def _kernel_order(shape, inverse=False):
     return lambda v: v.reshape(G, C, n, t).transpose(2, 1, 0, 3).reshape(-1)
 
 
-def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momentum=0.0):
+def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momentum=0.0, max_norm=None):
     """minSR: the SR solution in sample space, x = A^H (A A^H + diag_shift)^-1 b, with the
     kernel A A^H built chunk by chunk (`sample_kernel`) and x = A^H y by the Jacobian's
-    products (per-chain sums in a fixed order).
+    products (per-chain sums in a fixed order). Without momentum, x is capped to a length of
+    `max_norm` in the metric S (`_capped`; None: no cap).
 
     With `momentum` mu > 0, SPRING (Goldshlager, Abrahamsen, Lin, J. Comput. Phys. 2024):
     x_k = A^+ (b - mu A x_{k-1}) + mu x_{k-1}, A^+ = A^H (A A^H + diag_shift + 1 1^T / N_s)^-1,
@@ -514,7 +539,7 @@ def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momen
     direction of centred derivatives and changes nothing in exact arithmetic.
 
     Returns:
-        (x [P], next state).
+        (x [P], next state, info).
     """
     chunks = _chunks_of(jac)
     b = jac.to_samples(eps_S)
@@ -524,12 +549,19 @@ def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momen
     to_kernel, from_kernel = _kernel_order(shape), _kernel_order(shape, inverse=True)
     T_QxQ = _shifted(sample_kernel(chunks, mode), diag_shift)
     if not momentum:
-        return 2.0 * jac.rmatvec(from_kernel(_solve_psd(T_QxQ, to_kernel(b), solver))), state
+        b_Q = to_kernel(b)
+        y_Q = _solve_psd(T_QxQ, b_Q, solver)
+        x = 2.0 * jac.rmatvec(from_kernel(y_Q))
+        # x = 2 A^H y, F = 2 A^H b and (A A^H + shift) y = b give x^H F = 4 (|b|^2 - shift y^H b);
+        # the dot products over samples on every device whole (the same bits on every layout).
+        b_Q, y_Q = _replicated(b_Q), _replicated(y_Q)
+        x, info = _capped(x, 4.0 * (_real_dot(b_Q, b_Q) - diag_shift * _real_dot(y_Q, b_Q)), diag_shift, max_norm)
+        return x, state, info
     group_Q = jnp.broadcast_to(jnp.arange(shape[2])[:, None], shape).reshape(-1)
     ones_QxQ = (group_Q[:, None] == group_Q[None, :]).astype(T_QxQ.dtype) / n_samples
     r = 2.0 * b - momentum * jac.matvec(state)
     x = jac.rmatvec(from_kernel(_solve_psd(T_QxQ + ones_QxQ, to_kernel(r), solver))) + momentum * state
-    return x, x
+    return x, x, {}
 
 
 def _number_or_schedule(diag_shift):
@@ -543,8 +575,13 @@ def none() -> Preconditioner:
     return stateless(identity_update)
 
 
+def _max_norm(max_norm):
+    """max_norm as a positive float, or None (no cap)."""
+    return None if max_norm is None else require_number("max_norm", max_norm, positive=True)
+
+
 def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = None, cg_maxiter: int = 1000,
-       cg_recycle_rank: int = 48, cg_recycle_every: int = 20) -> Preconditioner:
+       cg_recycle_rank: int = 48, cg_recycle_every: int = 20, max_norm: float | None = None) -> Preconditioner:
     """SR. `solver`: cholesky (dense, with an eigh fallback), eigh (dense), cg (conjugate
     gradients on products with the log-derivatives, warm-started from the previous update,
     stopping at a relative residual `cg_tol` (None: the dtype's default, see `cg_tolerance`;
@@ -553,8 +590,12 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
     with `cg_recycle_rank` approximate top eigenvectors of S refreshed every `cg_recycle_every`
     steps (rank 0: plain CG); cheaper for many parameters and never forms O), or auto
     (cholesky up to AUTO_DENSE_MAX_PARAMS parameters, cg above). `diag_shift`: a number, or a
-    schedule (a function of the VMC step, e.g. an optax schedule; runner.schedules)."""
+    schedule (a function of the VMC step, e.g. an optax schedule; runner.schedules).
+    `max_norm`: a trust region; the direction x is scaled down to sqrt(x^H S x) <= max_norm, so
+    a step of learning rate l changes the state by at most about l max_norm (Fubini-Study
+    distance); None: no cap."""
     diag_shift = _number_or_schedule(diag_shift)
+    max_norm = _max_norm(max_norm)
     require_choice("solver", solver, SOLVERS)
     if cg_tol is not None:
         require_number("cg_tol", cg_tol, positive=True)
@@ -578,26 +619,33 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
 
     return Preconditioner(init, functools.partial(
         sr_update, diag_shift=diag_shift, solver=solver, tol=cg_tol, maxiter=cg_maxiter,
-        recycle_every=cg_recycle_every))
+        recycle_every=cg_recycle_every, max_norm=max_norm))
 
 
-def minsr(diag_shift: float = 0.01, solver: str = "cholesky", momentum: float = 0.0) -> Preconditioner:
+def minsr(diag_shift: float = 0.01, solver: str = "cholesky", momentum: float = 0.0,
+          max_norm: float | None = None) -> Preconditioner:
     """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh.
     `momentum`: SPRING's mu in [0, 1) (0: plain minSR; see `minsr_update`).
-    `diag_shift`: a number, or a schedule (a function of the VMC step; runner.schedules)."""
+    `diag_shift`: a number, or a schedule (a function of the VMC step; runner.schedules).
+    `max_norm`: the trust region of `sr` (not with momentum)."""
     diag_shift = _number_or_schedule(diag_shift)
+    max_norm = _max_norm(max_norm)
     require_choice("solver", solver, ("cholesky", "eigh"))
 
     require_number("momentum", momentum, nonnegative=True)
     if not momentum < 1:
         raise ConfigError("momentum", f"must be below 1 (got {momentum})")
+    if momentum and max_norm is not None:
+        raise ConfigError("max_norm", "must be null with momentum (SPRING's update is not the solve the cap "
+                                      "measures)")
 
     def init(flat):  # SPRING carries the previous update
         return jnp.zeros(flat.shape, flat.dtype) if momentum else ()
 
     def update(jac, eps_S, mode, state, step=0):
         shift, shown = shift_at(diag_shift, step, eps_S.dtype)
-        x, state = minsr_update(jac, eps_S, mode, state, diag_shift=shift, solver=solver, momentum=float(momentum))
-        return x, state, shown
+        x, state, info = minsr_update(jac, eps_S, mode, state, diag_shift=shift, solver=solver,
+                                      momentum=float(momentum), max_norm=max_norm)
+        return x, state, {**info, **shown}
 
     return Preconditioner(init, update)

@@ -268,19 +268,27 @@ MINSR_LAYOUT_CASE = ["hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenber
                      "exact=false", "checkpoint_every=1000"]
 
 
+# The same without momentum, with a trust region small enough to cap every step.
+MINSR_CAPPED_CASE = [*MINSR_LAYOUT_CASE[:7], "preconditioner.max_norm=0.5", *MINSR_LAYOUT_CASE[8:]]
+
+
 @pytest.mark.slow
-def test_chunked_minsr_with_momentum_gives_bitwise_identical_runs_on_every_layout(tmp_path):
-    """minSR's kernel from chunks gathered one at a time, its solve and SPRING's state: the
-    same bits on 1, 2 and 4 devices of one process and on 2 processes (energies, the final
-    checkpoint with the previous update, the final estimate)."""
-    experiment = build(compose_config(MINSR_LAYOUT_CASE))
+@pytest.mark.parametrize("case", [MINSR_LAYOUT_CASE, MINSR_CAPPED_CASE], ids=["spring", "capped"])
+def test_chunked_minsr_gives_bitwise_identical_runs_on_every_layout(tmp_path, case):
+    """minSR's kernel from chunks gathered one at a time, its solve and SPRING's state, or its
+    step capped by max_norm: the same bits on 1, 2 and 4 devices of one process and on 2
+    processes (energies, the final checkpoint with the previous update, the final estimate)."""
+    experiment = build(compose_config(case))
     devices = jax.devices()
     for n in (1, 2, 4):
         layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
         app.execute(experiment, layout, tmp_path / f"devices{n}")
+    if case is MINSR_CAPPED_CASE:
+        norms = [json.loads(line)["step_norm"] for line in (tmp_path / "devices1" / "metrics.jsonl").open()]
+        assert min(norms) > 0.5, norms  # the cap binds on every step
     for n in (2, 4):
         assert_identical_runs(tmp_path / f"devices{n}", tmp_path / "devices1")
-    procs = start_distributed(MINSR_LAYOUT_CASE, tmp_path / "processes2", free_port(), devices=1)
+    procs = start_distributed(case, tmp_path / "processes2", free_port(), devices=1)
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert json.loads((tmp_path / "processes2" / "summary.json").read_text())["processes"] == 2

@@ -298,6 +298,72 @@ def test_spring_two_steps_match_the_formula(kind):
     assert np.abs(np.asarray(plain(_chunked(O2, mode, 8, 2), e2, mode)) - ref2).max() > 1e-3 * np.abs(ref2).max()
 
 
+def _metric_norm(x, Obar_PxS, mode):
+    """sqrt(x^H S x) in NumPy, S = A^H A with A the sample-space matrix of `mode` (as in
+    `_minsr_reference`)."""
+    O_SxP = np.asarray(Obar_PxS).T
+    A = np.concatenate([O_SxP.real, O_SxP.imag]) if mode == "real" else O_SxP
+    return float(np.linalg.norm(A @ np.asarray(x)))
+
+
+@pytest.mark.parametrize("kind", sorted(MINSR_MODES))
+@pytest.mark.parametrize("solver", ["cholesky", "cg", "minsr"])
+def test_max_norm_caps_the_step_length_in_the_metric(kind, solver):
+    """With max_norm the direction is the uncapped one scaled to sqrt(x^H S x) = max_norm when
+    it was longer (the reported step_norm is its length before, from NumPy's S), and the very
+    same bits when it was shorter; no step_norm without a cap."""
+    mode = MINSR_MODES[kind][1]
+    Obar, eps = _centred_jacobian(5, 40, 96, kind)
+    if solver == "minsr":
+        make = lambda **kw: precond.minsr(diag_shift=0.01, **kw)  # noqa: E731
+        jac = _chunked(Obar, mode, 8, 2)
+    else:
+        make = lambda **kw: precond.sr(diag_shift=0.01, solver=solver, cg_tol=1e-10, **kw)  # noqa: E731
+        jac = precond.from_dense(Obar, mode)._replace(n_chains=8)
+    x_dtype = Obar.dtype if mode == "holomorphic" else Obar.real.dtype
+
+    def solve(max_norm):
+        p = make(max_norm=max_norm)
+        return jax.jit(lambda O, e: p.update(jac, e, mode, p.init(jnp.zeros(40, x_dtype))))(Obar, eps)
+
+    x, _, info = solve(None)
+    assert "step_norm" not in info
+    norm = _metric_norm(x, Obar, mode)
+    capped, _, info = solve(norm / 2)
+    np.testing.assert_allclose(float(info["step_norm"]), norm, rtol=1e-8)
+    _close(capped, np.asarray(x) / 2, 1e-10)
+    np.testing.assert_allclose(_metric_norm(capped, Obar, mode), norm / 2, rtol=1e-8)
+    same, _, _ = solve(norm * 2)
+    np.testing.assert_array_equal(same, x)
+
+
+def test_a_capped_sr_step_is_bitwise_the_same_on_every_layout():
+    """SR's capped direction and its length (a dot product over parameters) are the same bits
+    on 1, 2 and 4 devices under a mesh (minSR's: tests/test_parallel.py, in whole runs)."""
+    mode = "holomorphic"
+    Obar, eps = _centred_jacobian(3, 40, 16 * 24, "holomorphic")
+    p = precond.sr(diag_shift=0.01, solver="cholesky", max_norm=0.1)
+    solve = lambda O, e: p.update(precond.from_dense(O, mode)._replace(n_chains=16), e, mode, ())  # noqa: E731
+    x1, _, info1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=True)
+    assert float(info1["step_norm"]) > 0.1  # the cap binds
+    for n in (2, 4):
+        x, _, info = _on_devices(solve, n, Obar, eps, mesh_in_context=True)
+        np.testing.assert_array_equal(info["step_norm"], info1["step_norm"])
+        np.testing.assert_array_equal(x, x1)
+
+
+def test_max_norm_is_checked():
+    from runner.errors import ConfigError
+
+    for bad in (0, -1.0, "big"):
+        with pytest.raises(ConfigError) as info:
+            precond.sr(max_norm=bad)
+        assert info.value.key == "max_norm"
+    with pytest.raises(ConfigError) as info:
+        precond.minsr(momentum=0.5, max_norm=1.0)
+    assert info.value.key == "max_norm"
+
+
 @pytest.mark.parametrize("momentum", [1.0, -0.1, "high"])
 def test_minsr_momentum_is_checked(momentum):
     from runner.errors import ConfigError
