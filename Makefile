@@ -22,8 +22,12 @@ $(TEST_STAMP): $(STAMP)
 run: $(STAMP)
 	$(PY) -m runner $(ARGS)
 
+# Two pytest workers (pytest-xdist), each taking whole test files (the SLURM tests stay in one
+# worker, in order): XLA compiles on one core, so two workers keep both cores busy.
+# `make test TEST_WORKERS=0` runs in one process.
+TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun
