@@ -20,7 +20,8 @@ GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditi
 # Every other top-level key the composed config may hold (read by the runner, the observables,
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
 TOP_LEVEL = ("observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
-             "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy")
+             "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
+             "reject_jump")
 DTYPES = {
     "float64": (jnp.float64, True),
     "float32": (jnp.float32, False),
@@ -251,8 +252,17 @@ def build(config: dict, sweep_job=None) -> Experiment:
     clip = config.get("clip_local_energy")
     if clip is not None:
         require_number("clip_local_energy", clip, positive=True)
+    reject = config.get("reject_jump")
+    if reject is not None:
+        require_number("reject_jump", reject, positive=True)
+        if learning_rate is not None:
+            raise ConfigError("reject_jump", "must be null with a learning-rate schedule (a rejected step takes the "
+                                             "optimizer back, and with it the count the schedule reads)")
+        if isinstance(sampler, FullSumSampler):
+            raise ConfigError("reject_jump", "must be null with sampler=full_sum (exact sums have no error bars to "
+                                             "compare a jump with)")
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
-                      None if clip is None else float(clip))
+                      None if clip is None else float(clip), None if reject is None else float(reject))
     observed = observables.build(config.get("observables"), hilbert, hamiltonian)
     if isinstance(sampler, FullSumSampler):
         _check_full_sum(config, problem, observed)

@@ -35,6 +35,19 @@ class VMCState(NamedTuple):
     chains: ChainState
     step: jax.Array  # int32 scalar, number of completed VMC steps
     solver: Any  # the preconditioner's state (CG: warm start and deflation basis)
+    guard: Any = ()  # a `Guard` with `Problem.reject_jump`, else ()
+
+
+class Guard(NamedTuple):
+    """What rejecting a step needs: the state the last accepted step started from, its energy
+    estimate, and the factor on the next update."""
+
+    params: Any
+    opt_state: Any
+    solver: Any
+    energy: jax.Array  # real scalar; +inf before the first step (nothing to compare with)
+    error: jax.Array
+    scale: jax.Array  # 1, halved by each rejection, doubled (up to 1) by each accepted step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +69,8 @@ class Problem:
         learning_rate: the optimizer's learning-rate schedule (a function of the step, which
             optax reads from its own count, equal to the VMC step), reported in the metrics;
             None when the learning rate is a number.
+        reject_jump: k: a step whose samples estimate the energy more than k combined error
+            bars above the last accepted step's estimate is undone (`vmc_step`); None: off.
     """
 
     hamiltonian: Hamiltonian
@@ -66,6 +81,7 @@ class Problem:
     chunk_size: int | None = None
     learning_rate: Any = None
     clip_local_energy: float | None = None
+    reject_jump: float | None = None
 
     def logpsi(self, params, sigma_xN):
         return self.model.apply({"params": params}, sigma_xN)
@@ -128,13 +144,12 @@ def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
     flat, _ = ravel_pytree(params)
     if gradient_mode(params, problem.model) == "split":
         flat = to_split(flat)
-    return VMCState(
-        params=params,
-        opt_state=problem.optimizer.init(params),
-        chains=init_chains(problem.sampler, seed),
-        step=jnp.zeros((), jnp.int32),
-        solver=problem.precondition.init(flat),
-    )
+    opt_state, solver = problem.optimizer.init(params), problem.precondition.init(flat)
+    guard = ()
+    if problem.reject_jump is not None:
+        real = jnp.finfo(flat.dtype).dtype
+        guard = Guard(params, opt_state, solver, jnp.asarray(jnp.inf, real), jnp.zeros((), real), jnp.ones((), real))
+    return VMCState(params, opt_state, init_chains(problem.sampler, seed), jnp.zeros((), jnp.int32), solver, guard)
 
 
 def map_over_samples(fn, sigma_CxTxN, chunk_per_chain):
@@ -484,10 +499,44 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
     if w_CxT is not None and not sums_exactly(problem):
         info = {**info, "ess_fraction": effective_sample_fraction(w_CxT)}
     observed = observe(state.params, sigma_CxTxN, w_CxT, state.step) if observe is not None else {}
+    if problem.reject_jump is not None:
+        grads = jax.tree_util.tree_map(lambda g: g * state.guard.scale.astype(g.real.dtype), grads)
     updates, opt_state = problem.optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = VMCState(params, opt_state, chains, state.step + 1, solver)
+    new_state = VMCState(params, opt_state, chains, state.step + 1, solver, state.guard)
+    if problem.reject_jump is not None:
+        new_state, guarded = _guarded(problem.reject_jump, state, new_state, stats)
+        info = {**info, **guarded}
     return new_state, {**_metrics(stats, acceptance), **info, **observed}
+
+
+def _guarded(k, state: VMCState, new_state: VMCState, stats):
+    """(the next state, metrics) with `Problem.reject_jump` = k. The step's samples come from
+    state.params, which the last accepted step produced; if their energy estimate lies more than
+    k combined error bars above that step's, state.params is rejected: the next state goes back
+    to the parameters, optimizer and preconditioner states that step started from, and the
+    next update is scaled by half (each accepted step doubles the factor again, up to 1). A
+    jump of the energy is what a step that moved the state's weight onto configurations no
+    sample had visited looks like: the sampled metric (and a trust region in it) cannot see
+    such a step before it is taken.
+
+    The step after a rejection measures the kept parameters again, from the chains where they
+    are; it is never rejected, and its estimate becomes the reference: a jump there is the
+    samples finding something the kept state already had (a 6 x 6 run's chains found a
+    configuration holding nearly all of |psi|^2 at E_loc = +60 only after the per-step
+    estimates had said -71.6), which going further back would not mend. Every decision reads
+    replicated statistics, so it is the same on every layout."""
+    guard = state.guard
+    energy, error = jnp.real(stats.mean).astype(guard.energy.dtype), stats.error_of_mean.astype(guard.error.dtype)
+    remeasured = guard.scale < 1  # the last step was rejected: state.params is the kept state
+    jump = ~remeasured & (energy - guard.energy > k * jnp.sqrt(error**2 + guard.error**2))
+    accepted = Guard(state.params, state.opt_state, state.solver, energy, error, jnp.minimum(1.0, 2.0 * guard.scale))
+    rejected = guard._replace(scale=guard.scale / 2)
+    pick = lambda a, b: jax.tree_util.tree_map(lambda x, y: jnp.where(jump, x, y), a, b)  # noqa: E731
+    next_state = new_state._replace(params=pick(guard.params, new_state.params),
+                                    opt_state=pick(guard.opt_state, new_state.opt_state),
+                                    solver=pick(guard.solver, new_state.solver), guard=pick(rejected, accepted))
+    return next_state, {"rejected": jump.astype(jnp.int32), "step_scale": guard.scale}
 
 
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):

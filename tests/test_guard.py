@@ -1,0 +1,115 @@
+"""reject_jump: a step whose energy estimate jumps above the last accepted one is undone."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from runner import app, parallel
+from runner.build import build
+from runner.errors import ConfigError
+from runner.vmc import init_state, vmc_step
+from tests.test_config import compose_config
+from tests.test_parallel import assert_identical_runs, energies
+
+CASE = ["hilbert.L=8", "model=rbm", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
+        "checkpoint_every=100"]
+
+
+def _problem(*overrides):
+    experiment = build(compose_config([*CASE, *overrides]))
+    return experiment.problem
+
+
+def _step(problem):
+    return jax.jit(lambda s: vmc_step(problem, s))
+
+
+def _leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def _assert_same(a, b):
+    for x, y in zip(_leaves(a), _leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_a_jump_is_undone_and_the_next_update_halved():
+    """After an accepted step, a step whose estimate lies far above the accepted one goes back to
+    where the accepted step started (parameters, optimizer, preconditioner), logs rejected = 1
+    and halves the factor; the next step measures the kept state again and is not rejected, its
+    update is exactly half the unscaled one (sgd), and the factor is back at 1."""
+    problem = _problem("reject_jump=3")
+    step = _step(problem)
+    sigma_N = jnp.ones((8,), jnp.int8)
+    start = init_state(problem, 0, sigma_N)
+    first, metrics = step(start)
+    assert int(metrics["rejected"]) == 0 and float(metrics["step_scale"]) == 1.0  # nothing to compare with yet
+    assert float(first.guard.energy) == float(metrics["energy"])
+    _assert_same(first.guard.params, start.params)
+    # Pretend the accepted estimate was far lower than what the next samples will show.
+    low = first._replace(guard=first.guard._replace(energy=first.guard.energy - 100.0))
+    back, metrics = step(low)
+    assert int(metrics["rejected"]) == 1 and float(back.guard.scale) == 0.5
+    _assert_same(back.params, start.params)
+    _assert_same(back.opt_state, start.opt_state)
+    assert int(back.step) == 2  # the step counts; its parameters do not
+    # The retry measures the kept parameters again: never rejected (the reference is still the
+    # far lower one), its estimate the new reference, its update half the unscaled one.
+    halved, metrics = step(back)
+    assert int(metrics["rejected"]) == 0 and float(metrics["step_scale"]) == 0.5
+    assert float(halved.guard.energy) == float(metrics["energy"]) > float(low.guard.energy) + 50
+    full, _ = step(back._replace(guard=back.guard._replace(scale=jnp.ones_like(back.guard.scale),
+                                                           energy=first.guard.energy)))
+    for h, f, p in zip(_leaves(halved.params), _leaves(full.params), _leaves(back.params), strict=True):
+        np.testing.assert_allclose(h - p, (f - p) / 2, rtol=1e-12, atol=1e-15)
+    assert float(halved.guard.scale) == 1.0
+
+
+def test_without_a_jump_the_guard_changes_no_bit(tmp_path):
+    """With a threshold no step reaches, the run is the same bits as without the guard."""
+    base = build(compose_config([*CASE, "n_iter=8"]))
+    guarded = build(compose_config([*CASE, "n_iter=8", "reject_jump=1e6"]))
+    app.execute(base, parallel.make_mesh("single"), tmp_path / "plain")
+    app.execute(guarded, parallel.make_mesh("single"), tmp_path / "guarded")
+    np.testing.assert_array_equal(energies(tmp_path / "guarded"), energies(tmp_path / "plain"))
+    records = [json.loads(line) for line in (tmp_path / "guarded" / "metrics.jsonl").open()]
+    assert all(r["rejected"] == 0 and r["step_scale"] == 1.0 for r in records)
+
+
+@pytest.mark.slow
+def test_a_run_with_rejections_is_identical_on_every_layout_and_resumes_exactly(tmp_path):
+    """A threshold low enough that noise trips it (k = 0.05): some steps are rejected, and the
+    run is the same bits on 1 and 4 devices and when stopped at step 6 and resumed (the guard is
+    in the checkpoint)."""
+    experiment = build(compose_config([*CASE, "n_iter=12", "reject_jump=0.05"]))
+    devices = jax.devices()
+    for n in (1, 4):
+        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
+        app.execute(experiment, layout, tmp_path / f"devices{n}")
+    records = [json.loads(line) for line in (tmp_path / "devices1" / "metrics.jsonl").open()]
+    rejected = [r["step"] for r in records if r["rejected"]]
+    assert 0 < len(rejected) < len(records), rejected
+    after = [records[i + 1] for i, r in enumerate(records[:-1]) if r["rejected"]]
+    assert all(r["step_scale"] == 0.5 and not r["rejected"] for r in after)  # the kept state, measured again
+    assert_identical_runs(tmp_path / "devices4", tmp_path / "devices1")
+    short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=6))
+    app.execute(short, parallel.make_mesh("single"), tmp_path / "resumed")
+    app.execute(experiment, parallel.make_mesh("single"), tmp_path / "resumed")
+    assert_identical_runs(tmp_path / "resumed", tmp_path / "devices1")
+
+
+@pytest.mark.parametrize("override, message", [
+    (["reject_jump=0"], "must be a positive number"),
+    (["reject_jump=-1"], "must be a positive number"),
+    (["reject_jump=3", "optimizer.learning_rate={_target_:optax.linear_schedule,init_value:0.01,end_value:0.001,"
+      "transition_steps:10}"], "learning-rate schedule"),
+    (["reject_jump=3", "sampler=full_sum"], "full_sum"),
+])
+def test_refused_at_build(override, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        build(compose_config(["hilbert.L=6", *override]))
+    assert err.value.key == "reject_jump"
