@@ -112,6 +112,25 @@ def check_ess(ess_fractions: list[float]):
             "(move sampler.machine_pow closer to 2)")
 
 
+def check_rejections(records: list[dict]):
+    """Steps undone by `reject_jump`: the energy estimate jumped. Where the next step, which
+    measures the kept parameters again, shows the same jump, the chains had found configurations
+    the state already had (docs/accuracy.md): the estimates before it were wrong."""
+    steps = [r["step"] for r in records if r.get("rejected")]
+    if not steps:
+        return None
+    by_step = {r["step"]: r for r in records}
+    repeated = [s for s in steps if s - 1 in by_step and s + 1 in by_step
+                and by_step[s + 1]["energy"] - by_step[s - 1]["energy"]
+                > (by_step[s]["energy"] - by_step[s - 1]["energy"]) / 2]
+    message = (f"{len(steps)} of {len(records)} steps were rejected by reject_jump (the first at step {steps[0]}): "
+               "the energy estimate jumped")
+    if repeated:
+        message += (f"; at step {repeated[0]} the kept parameters, measured again, kept more than half the jump: "
+                    "the chains found configurations the state already had, so the estimates before were wrong")
+    return ("rejected_steps", message)
+
+
 def check(summary: dict, records: list[dict], *, metropolis: bool = True,
           cg_maxiter: int | None = None) -> list[dict]:
     """Every health warning of a run.
@@ -119,8 +138,8 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
     Args:
         summary: summary.json's fields (`energy`, `energy_error`, `variance`, `acceptance`,
             `r_hat`, `exact_energy`, `relative_error`, `n_sites`; any may be None or missing).
-        records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters` and
-            `ess_fraction`).
+        records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters`,
+            `ess_fraction` and `rejected`).
         metropolis: the sampler is a Metropolis sampler (the acceptance check applies).
         cg_maxiter: the CG iteration limit, when the preconditioner solves with CG.
 
@@ -137,5 +156,6 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
         check_relative_error(summary.get("relative_error")),
         check_cg([r.get("cg_iters") for r in records], cg_maxiter),
         check_ess([r.get("ess_fraction") for r in records]),
+        check_rejections(records),
     ]
     return [{"name": name, "message": message} for name, message in filter(None, found)]

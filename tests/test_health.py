@@ -94,5 +94,17 @@ def test_importance_weights_carried_by_few_samples():
     assert names(HEALTHY, records([0.5] * 10)) == []  # samples of |psi|^2: no weights
 
 
+def test_rejected_steps_are_reported_and_a_repeated_jump_called_wrong_estimates():
+    energies = [-10.0, -10.5, -11.0, 50.0, -11.1, -11.2]  # step 3 rejected, step 4 measured the kept state: fine
+    recs = [{"step": i, "energy": e, "variance": 1.0, "rejected": int(i == 3)} for i, e in enumerate(energies)]
+    got = health.check(HEALTHY, recs)
+    assert [w["name"] for w in got] == ["rejected_steps"]
+    assert "1 of 6 steps were rejected" in got[0]["message"] and "first at step 3" in got[0]["message"]
+    assert "estimates before were wrong" not in got[0]["message"]
+    recs[4]["energy"] = 45.0  # the kept state shows the jump again
+    assert "at step 3 the kept parameters" in health.check(HEALTHY, recs)[0]["message"]
+    assert names(HEALTHY, [{**r, "rejected": 0} for r in recs]) == []
+
+
 def test_failed_run_without_final_numbers():
     assert health.check({"status": "failed"}, []) == []
