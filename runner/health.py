@@ -119,10 +119,10 @@ def check_rejections(records: list[dict]):
     steps = [r["step"] for r in records if r.get("rejected")]
     if not steps:
         return None
-    by_step = {r["step"]: r for r in records}
-    repeated = [s for s in steps if s - 1 in by_step and s + 1 in by_step
-                and by_step[s + 1]["energy"] - by_step[s - 1]["energy"]
-                > (by_step[s]["energy"] - by_step[s - 1]["energy"]) / 2]
+    energy = {r["step"]: r.get("energy") for r in records}
+    around = [(s, energy.get(s - 1), energy.get(s), energy.get(s + 1)) for s in steps]
+    repeated = [s for s, before, jump, again in around if None not in (before, jump, again)
+                and again - before > (jump - before) / 2]
     message = (f"{len(steps)} of {len(records)} steps were rejected by reject_jump (the first at step {steps[0]}): "
                "the energy estimate jumped")
     if repeated:

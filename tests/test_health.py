@@ -104,6 +104,8 @@ def test_rejected_steps_are_reported_and_a_repeated_jump_called_wrong_estimates(
     recs[4]["energy"] = 45.0  # the kept state shows the jump again
     assert "at step 3 the kept parameters" in health.check(HEALTHY, recs)[0]["message"]
     assert names(HEALTHY, [{**r, "rejected": 0} for r in recs]) == []
+    recs[4]["energy"] = None  # a step without a number (NaN in metrics.jsonl): no verdict on it
+    assert "kept parameters" not in health.check(HEALTHY, recs)[0]["message"]
 
 
 def test_failed_run_without_final_numbers():
