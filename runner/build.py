@@ -173,8 +173,9 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
 
 
 def _check_full_sum(config, problem, observed):
-    """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), SPRING
-    (its kernel correction assumes equal sample weights), observables during training and a
+    """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), step
+    rejection (no error bars to compare a jump with), SPRING (its kernel correction assumes
+    equal sample weights), observables during training and a
     symmetry that H does not have. (The model's invariance needs its evaluation: checked when the
     run starts, `runner.vmc.full_sum_invariance_error`.)"""
     sampler = problem.sampler
@@ -186,6 +187,9 @@ def _check_full_sum(config, problem, observed):
     if problem.clip_local_energy is not None:
         raise ConfigError("clip_local_energy", "must be null with sampler=full_sum (exact sums have no outlying "
                                                "samples to clip)")
+    if problem.reject_jump is not None:
+        raise ConfigError("reject_jump", "must be null with sampler=full_sum (exact sums have no error bars to "
+                                         "compare a jump with)")
     if config["preconditioner"].get("momentum"):
         raise ConfigError("preconditioner.momentum", "must be 0 with sampler=full_sum (SPRING assumes equally "
                                                      "weighted samples)")
@@ -258,9 +262,6 @@ def build(config: dict, sweep_job=None) -> Experiment:
         if learning_rate is not None:
             raise ConfigError("reject_jump", "must be null with a learning-rate schedule (a rejected step takes the "
                                              "optimizer back, and with it the count the schedule reads)")
-        if isinstance(sampler, FullSumSampler):
-            raise ConfigError("reject_jump", "must be null with sampler=full_sum (exact sums have no error bars to "
-                                             "compare a jump with)")
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
                       None if clip is None else float(clip), None if reject is None else float(reject))
     observed = observables.build(config.get("observables"), hilbert, hamiltonian)
