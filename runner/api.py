@@ -72,6 +72,45 @@ class TrainedRun:
             log psi [...] (complex for complex parameters).
         """
         import jax.numpy as jnp
+
+        return self._log_psi(self.params, jnp.asarray(self._checked(sigma), jnp.int8))
+
+    def local_energies(self, sigma):
+        """E_loc = <sigma|H|psi> / <sigma|psi> of spin configurations, H as simulated (after
+        any sign rule).
+
+        Args:
+            sigma: +-1 spins [K, N].
+
+        Returns:
+            NumPy E_loc [K] (complex for complex parameters).
+        """
+        import dataclasses
+
+        import jax.numpy as jnp
+        import numpy as np
+
+        from runner.vmc import local_energies
+
+        sigma = self._checked(sigma)
+        if sigma.ndim != 2:
+            raise ValueError(f"sigma must have shape [K, {self.hilbert.n_sites}] (got {list(sigma.shape)})")
+        plain = dataclasses.replace(self._problem, chunk_size=None)  # any K, not a multiple of the chains
+        return np.asarray(local_energies(plain, self.params, jnp.asarray(sigma[None], jnp.int8)))[0]
+
+    def peak_check(self, n_samples: int | None = None, n_starts: int = 32, seed: int = 0) -> dict:
+        """Looks for configurations with more |psi|^2 than every one of `n_samples` fresh samples
+        (default: the run's n_samples), continuing the run's chains: `runner.peaks.check`, whose
+        "wrong" says the samples cannot be from |psi|^2."""
+        import numpy as np
+
+        from runner import peaks
+
+        n = n_samples or self.sampler.n_samples
+        sampled = float(np.max(np.real(np.asarray(self.log_psi(self.sample(n))))))
+        return peaks.check(self._problem, self.params, sampled, np.asarray(self._chains.sigma_CxN), n_starts, seed)
+
+    def _checked(self, sigma):
         import numpy as np
 
         sigma = np.asarray(sigma)
@@ -79,7 +118,7 @@ class TrainedRun:
             raise ValueError(f"sigma must have shape [..., {self.hilbert.n_sites}] (got {list(sigma.shape)})")
         if not np.all(np.abs(sigma) == 1):
             raise ValueError("sigma must hold spins +1 (up) and -1 (down)")
-        return self._log_psi(self.params, jnp.asarray(sigma, jnp.int8))
+        return sigma
 
     def _sampler(self, n: int):
         import dataclasses
@@ -192,8 +231,8 @@ def load(run_dir) -> TrainedRun:
         run_dir: a run directory (with .hydra/ and checkpoint/).
 
     Returns:
-        A TrainedRun: `.config`, `.params`, `.log_psi(sigma)`, `.sample(n)`, `.expect(O)`,
-        `.metrics`.
+        A TrainedRun: `.config`, `.params`, `.log_psi(sigma)`, `.local_energies(sigma)`,
+        `.sample(n)`, `.expect(O)`, `.peak_check()`, `.metrics`.
     """
     from runner.parallel import configure_runtime
 

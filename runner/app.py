@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from runner import checkpoint, health, parallel
+from runner import checkpoint, health, parallel, peaks
 from runner.build import Experiment, build
 from runner import observables
 from runner import fingerprint, restore, sweep_cache
@@ -349,7 +349,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
         metrics_log.tracking = tracking.open(start)
 
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
-        compile_seconds, step_times, final = None, [], {}
+        compile_seconds, step_times, final, peak_check = None, [], {}, None
         observed = None  # with observables: (summary fields, correlations.json)
         if stop.requested():  # during the set-up: nothing to compile
             status, reason = _stopped_before_first_step(stop)
@@ -380,6 +380,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                 final = {k: _finite(v) for k, v in parallel.to_host(est(state)[1]).items()}
             else:
                 final, observed = _estimate_with_observables(experiment, state, shardings, layout)
+            peak_check = _peak_check(problem, settings, state, final)
 
         timed = step_times[WARMUP_STEPS:] or step_times
         summary = _summary(experiment, layout, status, final, exact_energy, n_params,
@@ -387,6 +388,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                            step_times[0] if step_times else None,
                            time.perf_counter() - wall_start, metrics_log.records)
         summary["reason"] = reason
+        summary["peak_check"] = peak_check
         summary.update(observed[0] if observed else {})
         fingerprint.stamp(summary, settings.fingerprint)
         # judged on completed runs only: a stopped run has no final estimate to judge
@@ -426,6 +428,19 @@ def _estimate_with_observables(experiment, state, shardings, layout):
         if value["mean"] is not None:
             log.info("%s: %.8f ± %.2e", name, value["mean"], float("nan") if value["error"] is None else value["error"])
     return {k: _finite(v) for k, v in energy.items()}, (fields, correlations)
+
+
+def _peak_check(problem, settings, state, final):
+    """`runner.peaks.check` at the final parameters, from the chains' last configurations and
+    `peak_search` uniform ones; None after a full sum (no sample to miss anything) or with
+    peak_search=0. Every process runs the same search on its own default device."""
+    if final.get("log_abs_max") is None or settings.peak_search == 0:
+        return None
+    params, sigma_CxN = parallel.to_host((state.params, state.chains.sigma_CxN))  # a collective
+    result = peaks.check(problem, params, final["log_abs_max"], sigma_CxN, settings.peak_search, settings.seed)
+    log.info("peak search (%s): largest |psi|^2 found e^%.1f times the samples' largest", result["method"],
+             result["log_ratio"])
+    return result
 
 
 def _stopped_before_first_step(stop: StopRequest) -> tuple[str, str]:

@@ -15,13 +15,14 @@ from runner.hilbert import Hilbert
 from runner.operators import Hamiltonian
 from runner.sampler import FullSumSampler, symmetry_group, training_power
 from runner.vmc import Problem
+from runner import peaks
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
 # Every other top-level key the composed config may hold (read by the runner, the observables,
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
 TOP_LEVEL = ("observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
              "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
-             "reject_jump")
+             "reject_jump", "peak_search")
 DTYPES = {
     "float64": (jnp.float64, True),
     "float32": (jnp.float32, False),
@@ -47,6 +48,7 @@ class Settings:
     exact: Any
     chunk_size: int | None
     final_rounds: int
+    peak_search: int  # uniformly drawn starts of the final search for unsampled peaks (runner.peaks); 0: off
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
     init_from: Any = None  # restore.Source of a warm start (init_from), or None
@@ -130,8 +132,9 @@ def read_settings(config: dict, sweep_job=None) -> Settings:
     if chunk_size is not None:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
+    peak_search = require_int("peak_search", config.get("peak_search", peaks.DEFAULT_STARTS), minimum=0)
     init_from = restore.source(config, sweep_job)  # a warm start's source run, checked against this config
-    return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds,
+    return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
                     fingerprint.of(restore.fingerprinted(config, init_from)), init_from)
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import checkpoint, restore
+from runner import checkpoint, health, peaks, restore
 from runner.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,8 @@ def _finite(x):
 
 def evaluate(run_dir, overrides=()) -> dict:
     """Estimates energy, variance, V-score (and with `observables=...`, observables) at a run's
-    checkpointed parameters.
+    checkpointed parameters, and looks for configurations with more |psi|^2 than every sample
+    (`runner.peaks`).
 
     Samples `final_rounds` rounds of `sampler.n_samples` with the (overridden) sampler on the
     (overridden) parallel backend. The checkpoint's chains are continued when the number of
@@ -72,7 +73,8 @@ def evaluate(run_dir, overrides=()) -> dict:
 
     Args:
         run_dir: a run directory (with .hydra/ and checkpoint/).
-        overrides: Hydra overrides (sampler, final_rounds, seed, chunk_size, parallel, observables).
+        overrides: Hydra overrides (sampler, final_rounds, seed, chunk_size, parallel, observables,
+            peak_search).
 
     Returns:
         The evaluation dict, also written to RUN_DIR/evaluation.json by process 0.
@@ -117,6 +119,10 @@ def evaluate(run_dir, overrides=()) -> dict:
         obs, out[1], settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains)[0])
     metrics = {k: _finite(v) for k, v in metrics.items()}
 
+    peak_check = None
+    if metrics.get("log_abs_max") is not None and settings.peak_search:
+        peak_check = peaks.check(problem, trained.state.params, metrics["log_abs_max"], state.chains.sigma_CxN,
+                                 settings.peak_search, settings.seed)
     energy, variance = metrics["energy"], metrics["variance"]
     n_sites = experiment.hilbert.n_sites
     summary_path = run_dir / "summary.json"
@@ -142,6 +148,7 @@ def evaluate(run_dir, overrides=()) -> dict:
         "processes": jax.process_count(),
         "devices": layout.n_devices,
         "overrides": list(overrides),
+        "peak_check": peak_check,  # runner.peaks.check (None after a full sum or with peak_search=0)
         **observed,  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
         "config_fingerprint": trained.meta.get("config_fingerprint"),
         "wall_seconds": time.perf_counter() - started,
@@ -179,9 +186,16 @@ def main(argv=None):
     for name, value in result.get("observables", {}).items():
         if value["mean"] is not None:
             lines.append(f"{name}: {value['mean']:.8f} ± {float('nan') if value['error'] is None else value['error']:.2e}")
+    peak = result["peak_check"]
+    if peak is not None:
+        lines.append(f"peak search ({peak['method']}): largest |psi|^2 found e^{peak['log_ratio']:.1f} times the "
+                     "samples' largest")
     lines.append(f"written to {Path(argv[0]) / EVALUATION}")
     for line in lines:
         log.info(line)
+    warning = health.check_peaks(peak)
+    if warning is not None:
+        log.warning("warning %s: %s", *warning)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ from runner.errors import ConfigError
 EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger", "optimized_metric", "hydra")
 # Keys (or whole groups) that change a finished run's summary but not its trajectory or
 # checkpoints: resuming ignores them, returning a completed run's summary does not. Observables
-# are measured on the samples a step draws anyway and never feed back into the parameters.
-RESUME_IGNORES = ("final_rounds", "observables")
+# are measured on the samples a step draws anyway and never feed back into the parameters; the
+# peak search looks at the final parameters only.
+RESUME_IGNORES = ("final_rounds", "observables", "peak_search")
 
 
 def _ignored(key: str, ignore) -> bool:

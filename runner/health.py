@@ -131,13 +131,27 @@ def check_rejections(records: list[dict]):
     return ("rejected_steps", message)
 
 
+def check_peaks(peak_check: dict | None):
+    """A configuration found by the final peak search (`runner.peaks.check`) that proves the
+    samples were not drawn from |psi|^2."""
+    if not peak_check or not peak_check.get("wrong"):
+        return None
+    return ("unsampled_weight",
+            f"a configuration with |psi|^2 e^{peak_check['log_ratio']:.1f} times the largest of the samples' was "
+            f"found ({peak_check['method']}; E_loc there {peak_check['local_energy']:.6g}): all "
+            f"e^{peak_check['log_n_states']:.1f} configurations at or below the samples' largest |psi|^2 weigh less "
+            f"than it, so a sample of |psi|^2 lands among them with probability at most "
+            f"10^{peak_check['log10_p_bound']:.0f}; the samples are not from |psi|^2 and the sampled energy is wrong")
+
+
 def check(summary: dict, records: list[dict], *, metropolis: bool = True,
           cg_maxiter: int | None = None) -> list[dict]:
     """Every health warning of a run.
 
     Args:
         summary: summary.json's fields (`energy`, `energy_error`, `variance`, `acceptance`,
-            `r_hat`, `exact_energy`, `relative_error`, `n_sites`; any may be None or missing).
+            `r_hat`, `exact_energy`, `relative_error`, `n_sites`, `peak_check`; any may be None
+            or missing).
         records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters`,
             `ess_fraction` and `rejected`).
         metropolis: the sampler is a Metropolis sampler (the acceptance check applies).
@@ -157,5 +171,6 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
         check_cg([r.get("cg_iters") for r in records], cg_maxiter),
         check_ess([r.get("ess_fraction") for r in records]),
         check_rejections(records),
+        check_peaks(summary.get("peak_check")),
     ]
     return [{"name": name, "message": message} for name, message in filter(None, found)]

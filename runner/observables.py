@@ -20,8 +20,8 @@ from runner.errors import ConfigError, require_int
 from runner.hilbert import Hilbert
 from runner.operators import PauliSum
 from runner.sampler import FullSumSampler, full_sum, full_sum_weights, sample
-from runner.stats import chain_sum, statistics
-from runner.vmc import local_energies, map_over_samples, ratio_of
+from runner.stats import chain_max, chain_sum, statistics
+from runner.vmc import local_energies, log_abs_max, map_over_samples, ratio_of
 
 SPIN_NAMES = ("magnetization_x", "magnetization_z", "mz2", "zz_nn", "xx_nn", "structure_factor_zz")
 STRUCTURE_FACTOR = "structure_factor_zz"
@@ -397,11 +397,12 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
         chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
         eloc_CxT = local_energies(problem, state.params, sigma_CxTxN)
         local = local_values(obs, problem, state.params, sigma_CxTxN)
-        return (chains, zz_CxNxN + correlation_sums(sigma_CxTxN)), (eloc_CxT, local, acceptance)
+        return (chains, zz_CxNxN + correlation_sums(sigma_CxTxN)), (eloc_CxT, local, acceptance,
+                                                                   log_abs_max(problem, state.params, sigma_CxTxN))
 
     C, N = state.chains.sigma_CxN.shape
     zz0 = jnp.zeros((C, N, N), _real())
-    (chains, zz_CxNxN), (eloc_RxCxT, local_R, acceptance_R) = jax.lax.scan(
+    (chains, zz_CxNxN), (eloc_RxCxT, local_R, acceptance_R, log_abs_RxC) = jax.lax.scan(
         one_round, (state.chains, zz0), length=n_rounds)
 
     def columns(x_RxCxTxM):  # [M, C, R*T]: each chain's rounds one after another
@@ -409,7 +410,8 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
         return jnp.transpose(x_RxCxTxM, (3, 1, 0, 2)).reshape(M, C, R * T)
 
     eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
-    energy = _metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R))
+    energy = {**_metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R)),
+              "log_abs_max": chain_max(jnp.moveaxis(log_abs_RxC, 0, 1))}
     out, stats_Q = _measure_columns(obs, columns(local_R.values_CxTxM), columns(local_R.sq_CxTxQ))
     measured = {**out, "zz_sum_CxNxN": zz_CxNxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
     return chains, (energy, measured)

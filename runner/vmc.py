@@ -23,7 +23,7 @@ from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
 from runner.sampler import (Amplitude, ChainState, FullSumSampler, full_sum_weights, importance_weights, init_chains,
                             plain_amplitude, sample, symmetry_group, training_power)
-from runner.stats import (chain_mean, chain_sum, clip_outliers, effective_sample_fraction, statistics,
+from runner.stats import (chain_max, chain_mean, chain_sum, clip_outliers, effective_sample_fraction, statistics,
                           weighted_chain_sums, weighted_mean)
 
 
@@ -557,11 +557,20 @@ def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
 
     def one_round(chains, _):
         chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
-        return chains, (local_energies(problem, state.params, sigma_CxTxN), acceptance)
+        return chains, (local_energies(problem, state.params, sigma_CxTxN), acceptance,
+                        log_abs_max(problem, state.params, sigma_CxTxN))
 
-    chains, (eloc_RxCxT, acceptance_R) = jax.lax.scan(one_round, state.chains, length=n_rounds)
+    chains, (eloc_RxCxT, acceptance_R, log_abs_RxC) = jax.lax.scan(one_round, state.chains, length=n_rounds)
     eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
-    return chains, _metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R))
+    return chains, {**_metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R)),
+                    "log_abs_max": chain_max(jnp.moveaxis(log_abs_RxC, 0, 1))}
+
+
+def log_abs_max(problem: Problem, params, sigma_CxTxN):
+    """The largest log|psi| of each chain's samples, [C] (for `runner.peaks.check`: what the
+    samples of an estimate reached)."""
+    fn = lambda sigma: jnp.real(problem.logpsi(params, sigma))  # noqa: E731
+    return jnp.max(map_over_samples(fn, sigma_CxTxN, problem.chunk_per_chain), axis=1)
 
 
 def full_sum_invariance_error(problem: Problem, params_list) -> str | None:

@@ -20,7 +20,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import runner  # noqa: E402
-from runner.vmc import local_energies  # noqa: E402
 
 
 def stripe_domains(L):
@@ -42,7 +41,7 @@ def main(run_dirs):
         samples = np.asarray(run.sample(2048)).reshape(-1, L * L)
         log_abs_S = np.real(np.asarray(run.log_psi(jnp.asarray(samples))))
         k = int(np.argmax(log_abs_K))
-        eloc = complex(np.asarray(local_energies(run._problem, run.params, jnp.asarray(stripes[None, k:k + 1]))).ravel()[0])
+        eloc = complex(run.local_energies(stripes[k:k + 1])[0])
         n_at_max = int(np.sum(log_abs_K > log_abs_K[k] - 1e-6))
         print(f"{run_dir} (step {run.step}): largest log|psi| of a stripe domain {log_abs_K[k]:.2f} "
               f"({n_at_max} configurations), of 2048 samples {log_abs_S.max():.2f} (median {np.median(log_abs_S):.2f}): "

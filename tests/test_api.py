@@ -111,6 +111,27 @@ def test_expect_is_in_the_original_basis_after_a_sign_rule(heisenberg):
     assert mx.mean == pytest.approx(0.0, abs=1e-12)
 
 
+def test_local_energies_and_peak_check_against_dense_sums(heisenberg):
+    """E_loc = (H psi)(sigma) / psi(sigma) with H as simulated (after the sign rule), on every
+    configuration; the peak check's largest |psi| is the largest of all of them."""
+    from tests.dense import basis_index, dense_heisenberg
+
+    run = runner.load(heisenberg)
+    states = all_states(run.hilbert)
+    log_psi = np.asarray(run.log_psi(states)).astype(complex)
+    psi = dense_psi(log_psi - log_psi.real.max(), states)
+    rotated = run.hamiltonian.rotated
+    sublattice = [i in set(rotated) for i in range(6)]
+    H = dense_heisenberg(run.hilbert.bonds, run.hilbert.next_bonds, 6, 1.0, 0.0, sublattice)
+    rows = basis_index(states)
+    np.testing.assert_allclose(run.local_energies(states), (H @ psi)[rows] / psi[rows], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"shape \[K, 6\]"):
+        run.local_energies(states[None])
+    check = run.peak_check(n_samples=512)
+    assert check["method"] == "exhaustive" and not check["wrong"]
+    np.testing.assert_allclose(check["found_log_abs_max"], log_psi.real.max(), rtol=1e-12)
+
+
 def test_sample_draws_from_the_run_sampler(heisenberg):
     run = runner.load(heisenberg)
     sigma = run.sample(4096)

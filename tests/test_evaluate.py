@@ -43,8 +43,9 @@ def test_the_run_settings_reproduce_the_final_estimate_exactly(run):
     before = summary_bytes(run)
     result = evaluated(run, [])
     summary = json.loads(before)
-    for key in ("energy", "energy_error", "variance", "v_score"):
+    for key in ("energy", "energy_error", "variance", "v_score", "peak_check"):
         assert result[key] == summary[key], key
+    assert result["peak_check"]["method"] == "exhaustive"
     assert result["chains"] == "checkpoint" and result["step"] == 20 and result["total_samples"] == 512
     assert summary_bytes(run) == before
 

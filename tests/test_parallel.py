@@ -133,6 +133,7 @@ def assert_identical_runs(run_dir, reference):
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     summaries = [json.loads((d / "summary.json").read_text()) for d in (run_dir, reference)]
     assert summaries[0]["energy"] == summaries[1]["energy"]
+    assert summaries[0]["peak_check"] == summaries[1]["peak_check"]  # None after a full sum
 
 
 @pytest.mark.slow
@@ -153,7 +154,8 @@ def test_default_solver_gives_bitwise_identical_runs_on_every_layout(tmp_path):
     procs = start_distributed(LAYOUT_CASE, tmp_path / "processes2", free_port(), devices=1)
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
-    assert json.loads((tmp_path / "processes2" / "summary.json").read_text())["processes"] == 2
+    summary = json.loads((tmp_path / "processes2" / "summary.json").read_text())
+    assert summary["processes"] == 2 and summary["peak_check"]["method"] == "exhaustive"
     assert_identical_runs(tmp_path / "processes2", tmp_path / "devices1")
 
 
