@@ -370,8 +370,9 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                     .compile()
                 )
             compile_seconds = time.perf_counter() - t
+            restart = _chain_restarter(problem, settings, shardings) if settings.peak_restart_every else None
             state, status, reason, step_times = _optimize(step_fn, state, start, settings, run_dir,
-                                                          metrics_log, stop)
+                                                          metrics_log, stop, restart)
         if status == "completed":
             _save(run_dir, state, _checkpoint_meta(settings, settings.n_iter))
             if experiment.observables is None:
@@ -443,6 +444,25 @@ def _peak_check(problem, settings, state, final):
     return result
 
 
+def _chain_restarter(problem, settings, shardings):
+    """(state, step) -> (state, {"peak_log_ratio"}): chain number (step / peak_restart_every) mod C
+    moved to the largest |psi| that `runner.peaks` finds from the chains' configurations and
+    `peak_search` uniform ones (drawn from the seed and the step), and the log of its |psi|^2 over
+    the chains' largest. Every process runs the same search; the chain is set in the global array."""
+    at = peaks.log_abs_evaluator(problem)
+    set_chain = jax.jit(lambda chains, c, sigma_N: chains._replace(sigma_CxN=chains.sigma_CxN.at[c].set(sigma_N)),
+                        out_shardings=shardings.chains)
+
+    def restart(state, step):
+        params, sigma_CxN = parallel.to_host((state.params, state.chains.sigma_CxN))  # a collective
+        sigma_N, log_ratio = peaks.restart_target(at(params), problem.sampler.hilbert, sigma_CxN,
+                                                  settings.peak_search, [settings.seed, step])
+        c = (step // settings.peak_restart_every) % len(sigma_CxN)
+        return state._replace(chains=set_chain(state.chains, c, sigma_N)), {"peak_log_ratio": log_ratio}
+
+    return restart
+
+
 def _stopped_before_first_step(stop: StopRequest) -> tuple[str, str]:
     """Status and reason of a run stopped before its first step: no new checkpoint (the one
     that exists, if any, is still this run's latest state)."""
@@ -462,12 +482,14 @@ def _checkpoint_meta(settings, step):
     return {"step": step, "seed": settings.seed, "config_fingerprint": fingerprint.record(settings.fingerprint)}
 
 
-def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
+def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, restart=None):
     """Steps from `start` to `n_iter`, logging metrics and checkpointing.
 
     Stops early on a non-finite energy ("failed", the state of the last step is dropped)
     or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
-    the current step).
+    the current step). With `restart` ((state, step) -> (state, metrics), `_chain_restarter`),
+    the state after every `peak_restart_every`-th step is restarted before the next step and
+    before any checkpoint of that step, so a resumed run continues exactly.
 
     Returns:
         (state, status, reason, step_times); `reason` says why a run did not complete (None if it did).
@@ -487,7 +509,8 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
     t = time.perf_counter()
     for step in range(start, settings.n_iter):
         new_state, metrics = pending
-        if step + 1 < settings.n_iter:
+        restart_now = restart is not None and (step + 1) % settings.peak_restart_every == 0
+        if step + 1 < settings.n_iter and not restart_now:
             pending = step_fn(new_state)
         metrics = parallel.to_host(metrics)
         now = time.perf_counter()
@@ -496,6 +519,11 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop):
         record = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
         record["wall_time"] = metrics_log.elapsed()
         record = observables.keep_measured(record)  # obs/ fields only at the steps that measured
+        if restart_now and record["energy"] is not None:
+            new_state, found = restart(new_state, step + 1)
+            record.update(found)
+            if step + 1 < settings.n_iter:
+                pending = step_fn(new_state)
         metrics_log.append(record)
         if record["energy"] is None:
             status, reason = "failed", f"energy is {float(metrics['energy'])} at step {step}"

@@ -34,21 +34,25 @@ MAX_EVALUATIONS = 2**23  # of log|psi| in one search (48 starts on 6 x 6: about 
 P_WRONG = 1e-3  # a bound on the samples' probability below this: the estimates are wrong
 
 
-def log_abs_function(problem, params):
-    """log|psi| of configurations [K, N] (NumPy in, float64 NumPy out), evaluated on the default
-    device in batches of `BATCH` (one compilation)."""
-    fn = jax.jit(lambda sigma: jnp.real(problem.logpsi(params, sigma)))
+def log_abs_evaluator(problem):
+    """params -> log_abs, where log_abs maps configurations [K, N] (NumPy) to log|psi| [K]
+    (float64 NumPy), evaluated on the default device in batches of `BATCH` (compiled once per
+    evaluator, whatever the parameters)."""
+    fn = jax.jit(lambda params, sigma: jnp.real(problem.logpsi(params, sigma)))
 
-    def log_abs(sigma_KxN):
-        sigma_KxN = np.asarray(sigma_KxN, np.int8)
-        out = []
-        for i in range(0, len(sigma_KxN), BATCH):
-            block = sigma_KxN[i:i + BATCH]
-            padded = np.concatenate([block, np.repeat(block[:1], BATCH - len(block), axis=0)])
-            out.append(np.asarray(fn(jnp.asarray(padded)), np.float64)[: len(block)])
-        return np.concatenate(out) if out else np.zeros((0,))
+    def at(params):
+        def log_abs(sigma_KxN):
+            sigma_KxN = np.asarray(sigma_KxN, np.int8)
+            out = []
+            for i in range(0, len(sigma_KxN), BATCH):
+                block = sigma_KxN[i:i + BATCH]
+                padded = np.concatenate([block, np.repeat(block[:1], BATCH - len(block), axis=0)])
+                out.append(np.asarray(fn(params, jnp.asarray(padded)), np.float64)[: len(block)])
+            return np.concatenate(out) if out else np.zeros((0,))
 
-    return log_abs
+        return log_abs
+
+    return at
 
 
 def uniform_configurations(hilbert: Hilbert, n: int, seed: int) -> np.ndarray:
@@ -137,7 +141,7 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
     from runner.vmc import local_energies
 
     hilbert = problem.sampler.hilbert
-    log_abs = log_abs_function(problem, params)
+    log_abs = log_abs_evaluator(problem)(params)
     if hilbert.n_states <= EXHAUSTIVE_STATES and hilbert.n_sites <= 20:
         method, x_KxN = "exhaustive", all_states(hilbert)
         value_K = log_abs(x_KxN)
@@ -167,3 +171,15 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
         "local_energy": eloc,
         "configuration": "".join("+" if s > 0 else "-" for s in x_KxN[k]),
     }
+
+
+def restart_target(log_abs, hilbert: Hilbert, sigma_CxN, n_starts: int, seed):
+    """Where a chain restarts during training (`peak_restart_every`): the configuration of largest
+    |psi| the search finds from the chains' configurations and `n_starts` uniform ones, and
+    2 (its log|psi| - the largest of the chains'), the log of their |psi|^2 ratio."""
+    sigma_CxN = np.asarray(sigma_CxN, np.int8)
+    chains_max = float(np.max(log_abs(sigma_CxN)))
+    x_KxN, value_K, _ = ascend(log_abs, hilbert, np.concatenate([sigma_CxN, uniform_configurations(hilbert, n_starts,
+                                                                                                   seed)]))
+    k = int(np.argmax(value_K))
+    return x_KxN[k], 2.0 * (float(value_K[k]) - chains_max)

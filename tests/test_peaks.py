@@ -109,7 +109,7 @@ def test_a_planted_peak_is_found_by_the_search_and_proves_the_samples_wrong():
     target = peaks.uniform_configurations(hilbert, 1, seed=11)[0]
     params = jax.tree_util.tree_map(jnp.zeros_like, params)
     params["kernel"] = params["kernel"].at[:, 0].set(6.0 * target)
-    log_abs = peaks.log_abs_function(problem, params)
+    log_abs = peaks.log_abs_evaluator(problem)(params)
     sampled = float(np.max(log_abs(peaks.uniform_configurations(hilbert, 2048, seed=5))))
 
     result = peaks.check(problem, params, sampled, peaks.uniform_configurations(hilbert, 4, seed=2), 4, seed=0)
@@ -152,3 +152,73 @@ def test_a_run_reports_the_same_check_on_every_layout_and_none_when_asked_or_aft
     assert app.execute(off, parallel.make_mesh("single"), tmp_path / "off")["peak_check"] is None
     summed = build(compose_config([*overrides, "sampler=full_sum"]))
     assert app.execute(summed, parallel.make_mesh("single"), tmp_path / "summed")["peak_check"] is None
+
+
+RESTART_CASE = ["hilbert.L=12", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
+                "model=rbm", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
+                "checkpoint_every=100", "peak_search=4"]
+
+
+def test_a_restart_moves_one_chain_in_turn_to_a_local_maximum_of_psi():
+    experiment = build(compose_config([*RESTART_CASE, "peak_restart_every=3"]))
+    problem, settings = experiment.problem, experiment.settings
+    layout = parallel.make_mesh("sharded")
+    state = init_state(problem, 0, jnp.ones(12, jnp.int8))
+    shardings = parallel.shard_state(state, layout)
+    state = parallel.from_host(parallel.to_host(state), shardings)
+    restart = app._chain_restarter(problem, settings, shardings)
+    before = np.asarray(state.chains.sigma_CxN)
+    moved, found = restart(state, 6)  # restart number 2: chain 2
+    after = np.asarray(moved.chains.sigma_CxN)
+    assert np.all(np.delete(after, 2, axis=0) == np.delete(before, 2, axis=0))
+    log_abs = peaks.log_abs_evaluator(problem)(state.params)
+    hilbert = experiment.hilbert
+    target, log_ratio = peaks.restart_target(log_abs, hilbert, before, 4, [0, 6])
+    assert np.all(after[2] == target) and found == {"peak_log_ratio": log_ratio}
+    np.testing.assert_allclose(log_ratio, 2 * (log_abs(target[None])[0] - log_abs(before).max()), rtol=1e-12)
+    assert log_abs(peaks._neighbours(target, *peaks._moves(hilbert))).max() <= log_abs(target[None])[0]
+    assert np.array_equal(np.asarray(moved.chains.key_C), np.asarray(state.chains.key_C))
+
+
+def test_a_run_with_restarts_is_identical_on_every_layout_and_resumes_exactly(tmp_path):
+    from tests.test_parallel import assert_identical_runs
+
+    experiment = build(compose_config([*RESTART_CASE, "n_iter=10", "peak_restart_every=3"]))
+    devices = jax.devices()
+    for n in (1, 4):
+        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
+        app.execute(experiment, layout, tmp_path / f"devices{n}")
+    records = [json.loads(line) for line in (tmp_path / "devices1" / "metrics.jsonl").open()]
+    assert [r["step"] for r in records if "peak_log_ratio" in r] == [2, 5, 8]
+    assert_identical_runs(tmp_path / "devices4", tmp_path / "devices1")
+    plain = build(compose_config([*RESTART_CASE, "n_iter=10"]))
+    app.execute(plain, parallel.make_mesh("single"), tmp_path / "plain")
+    energies = [[json.loads(line)["energy"] for line in (tmp_path / d / "metrics.jsonl").open()]
+                for d in ("plain", "devices1")]
+    assert energies[0][:3] == energies[1][:3] and energies[0][3:] != energies[1][3:]  # the restart moved a chain
+    short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=6))
+    app.execute(short, parallel.make_mesh("single"), tmp_path / "resumed")  # its last step restarts a chain
+    app.execute(experiment, parallel.make_mesh("single"), tmp_path / "resumed")
+    assert_identical_runs(tmp_path / "resumed", tmp_path / "devices1")
+
+
+@pytest.mark.parametrize("sampler", ["exact", "full_sum"])
+def test_restarts_are_refused_without_chains(sampler):
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="peak_restart_every"):
+        build(compose_config(["hilbert.L=8", f"sampler={sampler}", "peak_restart_every=5"]))
+
+
+@pytest.mark.slow
+def test_a_run_with_restarts_on_two_processes_is_the_single_device_run(tmp_path):
+    from tests.conftest import REPO, run_cli
+    from tests.test_parallel import assert_identical_runs, free_port, start_distributed
+
+    overrides = [*RESTART_CASE, "n_iter=7", "peak_restart_every=3"]
+    run_cli([*overrides, f"hydra.run.dir={tmp_path / 'single'}"], REPO, check=True)
+    procs = start_distributed(overrides, tmp_path / "processes2", free_port(), devices=1)
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert json.loads((tmp_path / "processes2" / "summary.json").read_text())["processes"] == 2
+    assert_identical_runs(tmp_path / "processes2", tmp_path / "single")
