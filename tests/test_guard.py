@@ -13,7 +13,7 @@ from runner.build import build
 from runner.errors import ConfigError
 from runner.vmc import init_state, vmc_step
 from tests.test_config import compose_config
-from tests.test_parallel import assert_identical_runs, energies
+from tests.test_parallel import assert_identical_runs, energies, execute_on_devices
 
 CASE = ["hilbert.L=8", "model=rbm", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
         "checkpoint_every=100"]
@@ -86,10 +86,7 @@ def test_a_run_with_rejections_is_identical_on_every_layout_and_resumes_exactly(
     run is the same bits on 1 and 4 devices and when stopped at step 6 and resumed (the guard is
     in the checkpoint)."""
     experiment = build(compose_config([*CASE, "n_iter=12", "reject_jump=0.05"]))
-    devices = jax.devices()
-    for n in (1, 4):
-        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
-        app.execute(experiment, layout, tmp_path / f"devices{n}")
+    execute_on_devices(experiment, tmp_path, (1, 4))
     records = [json.loads(line) for line in (tmp_path / "devices1" / "metrics.jsonl").open()]
     rejected = [r["step"] for r in records if r["rejected"]]
     assert 0 < len(rejected) < len(records), rejected

@@ -119,6 +119,14 @@ LAYOUT_CASE = ["hilbert=square", "hilbert.L=4", "hilbert.total_sz=0", "hamiltoni
                "sampler.n_chains=16", "n_iter=25", "final_rounds=1", "exact=false", "checkpoint_every=1000"]
 
 
+def execute_on_devices(experiment, tmp_path, counts):
+    """The run on the first n devices of one process for each n, into tmp_path/devices{n}."""
+    devices = jax.devices()
+    for n in counts:
+        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
+        app.execute(experiment, layout, tmp_path / f"devices{n}")
+
+
 def checkpoint_leaves(run_dir):
     """Every array of the final checkpoint: parameters, optimizer, chains, CG's state."""
     with np.load(run_dir / "checkpoint" / checkpoint.FILENAME) as data:
@@ -143,10 +151,7 @@ def test_default_solver_gives_bitwise_identical_runs_on_every_layout(tmp_path):
     process and on 2 processes."""
     experiment = build(compose_config(LAYOUT_CASE))
     assert isinstance(experiment.problem.precondition.init(jnp.zeros(560, jnp.complex128)), precond.CGState)
-    devices = jax.devices()
-    for n in (1, 2, 4):
-        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
-        app.execute(experiment, layout, tmp_path / f"devices{n}")
+    execute_on_devices(experiment, tmp_path, (1, 2, 4))
     records = [json.loads(line) for line in (tmp_path / "devices1" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 25 and all(r["cg_iters"] > 0 for r in records)
     for n in (2, 4):
@@ -281,10 +286,7 @@ def test_chunked_minsr_gives_bitwise_identical_runs_on_every_layout(tmp_path, ca
     step capped by max_norm: the same bits on 1, 2 and 4 devices of one process and on 2
     processes (energies, the final checkpoint with the previous update, the final estimate)."""
     experiment = build(compose_config(case))
-    devices = jax.devices()
-    for n in (1, 2, 4):
-        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
-        app.execute(experiment, layout, tmp_path / f"devices{n}")
+    execute_on_devices(experiment, tmp_path, (1, 2, 4))
     if case is MINSR_CAPPED_CASE:
         norms = [json.loads(line)["step_norm"] for line in (tmp_path / "devices1" / "metrics.jsonl").open()]
         assert min(norms) > 0.5, norms  # the cap binds on every step

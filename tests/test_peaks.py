@@ -181,13 +181,10 @@ def test_a_restart_moves_one_chain_in_turn_to_a_local_maximum_of_psi():
 
 
 def test_a_run_with_restarts_is_identical_on_every_layout_and_resumes_exactly(tmp_path):
-    from tests.test_parallel import assert_identical_runs
+    from tests.test_parallel import assert_identical_runs, execute_on_devices
 
     experiment = build(compose_config([*RESTART_CASE, "n_iter=10", "peak_restart_every=3"]))
-    devices = jax.devices()
-    for n in (1, 4):
-        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
-        app.execute(experiment, layout, tmp_path / f"devices{n}")
+    execute_on_devices(experiment, tmp_path, (1, 4))
     records = [json.loads(line) for line in (tmp_path / "devices1" / "metrics.jsonl").open()]
     assert [r["step"] for r in records if "peak_log_ratio" in r] == [2, 5, 8]
     assert_identical_runs(tmp_path / "devices4", tmp_path / "devices1")
