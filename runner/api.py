@@ -85,18 +85,12 @@ class TrainedRun:
         Returns:
             NumPy E_loc [K] (complex for complex parameters).
         """
-        import dataclasses
-
-        import jax.numpy as jnp
-        import numpy as np
-
-        from runner.vmc import local_energies
+        from runner.vmc import local_energies_of
 
         sigma = self._checked(sigma)
         if sigma.ndim != 2:
             raise ValueError(f"sigma must have shape [K, {self.hilbert.n_sites}] (got {list(sigma.shape)})")
-        plain = dataclasses.replace(self._problem, chunk_size=None)  # any K, not a multiple of the chains
-        return np.asarray(local_energies(plain, self.params, jnp.asarray(sigma[None], jnp.int8)))[0]
+        return local_energies_of(self._problem, self.params, sigma)
 
     def peak_check(self, n_samples: int | None = None, n_starts: int = 32, seed: int = 0) -> dict:
         """Looks for configurations with more |psi|^2 than every one of `n_samples` fresh samples

@@ -435,10 +435,10 @@ def _peak_check(problem, settings, state, final):
     """`runner.peaks.check` at the final parameters, from the chains' last configurations and
     `peak_search` uniform ones; None after a full sum (no sample to miss anything) or with
     peak_search=0. Every process runs the same search on its own default device."""
-    if final.get("log_abs_max") is None or settings.peak_search == 0:
+    if final.get("log_abs_max") is None or settings.peak_search == 0:  # before the collective below
         return None
     params, sigma_CxN = parallel.to_host((state.params, state.chains.sigma_CxN))  # a collective
-    result = peaks.check(problem, params, final["log_abs_max"], sigma_CxN, settings.peak_search, settings.seed)
+    result = peaks.check_estimate(problem, params, final, sigma_CxN, settings.peak_search, settings.seed)
     log.info("peak search (%s): largest |psi|^2 found e^%.1f times the samples' largest", result["method"],
              result["log_ratio"])
     return result
@@ -456,7 +456,7 @@ def _chain_restarter(problem, settings, shardings):
     def restart(state, step):
         params, sigma_CxN = parallel.to_host((state.params, state.chains.sigma_CxN))  # a collective
         sigma_N, log_ratio = peaks.restart_target(at(params), problem.sampler.hilbert, sigma_CxN,
-                                                  settings.peak_search, [settings.seed, step])
+                                                  settings.peak_search, settings.seed, step)
         c = (step // settings.peak_restart_every) % len(sigma_CxN)
         return state._replace(chains=set_chain(state.chains, c, sigma_N)), {"peak_log_ratio": log_ratio}
 

@@ -119,10 +119,8 @@ def evaluate(run_dir, overrides=()) -> dict:
         obs, out[1], settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains)[0])
     metrics = {k: _finite(v) for k, v in metrics.items()}
 
-    peak_check = None
-    if metrics.get("log_abs_max") is not None and settings.peak_search:
-        peak_check = peaks.check(problem, trained.state.params, metrics["log_abs_max"], state.chains.sigma_CxN,
-                                 settings.peak_search, settings.seed)
+    peak_check = peaks.check_estimate(problem, trained.state.params, metrics, state.chains.sigma_CxN,
+                                      settings.peak_search, settings.seed)
     energy, variance = metrics["energy"], metrics["variance"]
     n_sites = experiment.hilbert.n_sites
     summary_path = run_dir / "summary.json"

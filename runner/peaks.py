@@ -17,7 +17,7 @@ log|psi|. Spaces of at most `EXHAUSTIVE_STATES` states are evaluated whole inste
 finding such a configuration proves nothing: the search looks at a tiny part of a large space.
 """
 
-import dataclasses
+import functools
 import math
 
 import jax
@@ -30,7 +30,7 @@ DEFAULT_STARTS = 32  # configurations drawn uniformly to start from (the config'
 EXHAUSTIVE_STATES = 2**16  # evaluate every configuration of spaces this small (and <= 20 sites)
 BATCH = 2048  # configurations per call of the model
 GROUP_CONFIGURATIONS = 2**16  # neighbours held at once (memory: this x N bytes)
-MAX_EVALUATIONS = 2**23  # of log|psi| in one search (48 starts on 6 x 6: about 1.1e5; on 10 x 10: 3.3e6)
+MAX_EVALUATIONS = 2**23  # of log|psi| in one search (48 starts on 6 x 6: about 1.1e5; on 10 x 10: 3.2e6)
 P_WRONG = 1e-3  # a bound on the samples' probability below this: the estimates are wrong
 
 
@@ -55,14 +55,13 @@ def log_abs_evaluator(problem):
     return at
 
 
-def uniform_configurations(hilbert: Hilbert, n: int, seed: int) -> np.ndarray:
-    """`n` configurations [n, N] drawn uniformly from the space (with its total S^z)."""
-    rng = np.random.default_rng(seed)
-    N = hilbert.n_sites
-    if hilbert.n_up is None:
-        return rng.choice(np.array([-1, 1], np.int8), size=(n, N))
-    row = np.where(np.arange(N) < hilbert.n_up, 1, -1).astype(np.int8)
-    return np.array([rng.permutation(row) for _ in range(n)], np.int8).reshape(n, N)
+def uniform_configurations(hilbert: Hilbert, n: int, seed: int, salt: int = 0) -> np.ndarray:
+    """`n` configurations [n, N] drawn uniformly from the space (with its total S^z) by
+    `runner.sampler.random_state`, from the key of `seed` folded with `salt`."""
+    from runner.sampler import random_state
+
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), salt), n)
+    return np.asarray(jax.vmap(functools.partial(random_state, hilbert))(keys), np.int8).reshape(n, hilbert.n_sites)
 
 
 def _moves(hilbert: Hilbert):
@@ -118,6 +117,16 @@ def ascend(log_abs, hilbert: Hilbert, starts_KxN, max_evaluations: int = MAX_EVA
     return x_KxN, value_K, True
 
 
+def search(log_abs, hilbert: Hilbert, starts_KxN, n_starts: int, seed: int, salt: int = 0):
+    """`ascend` from `starts_KxN` and `n_starts` uniform configurations (`uniform_configurations`).
+
+    Returns:
+        (x_KxN, log_abs_K, complete) as `ascend`.
+    """
+    starts_KxN = np.asarray(starts_KxN, np.int8).reshape(-1, hilbert.n_sites)
+    return ascend(log_abs, hilbert, np.concatenate([starts_KxN, uniform_configurations(hilbert, n_starts, seed, salt)]))
+
+
 def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int, seed: int) -> dict:
     """Looks for a configuration with a larger |psi| than every sample (module docstring).
 
@@ -130,7 +139,8 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
         seed: for the uniform draws.
 
     Returns:
-        {"method": "exhaustive", "search" or "search (stopped after MAX_EVALUATIONS)", "starts", "sampled_log_abs_max", "found_log_abs_max",
+        {"method": "exhaustive", "search" or "search (stopped after MAX_EVALUATIONS)", "starts",
+        "sampled_log_abs_max", "found_log_abs_max",
         "log_ratio" (log of |psi|^2 at the best configuration found over the samples' largest),
         "log_n_states", "log10_p_bound" (a sample of |psi|^2 lies at or below the samples'
         largest |psi|^2 with probability at most 10^this; 0: no bound), "wrong" (that bound below
@@ -138,7 +148,7 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
         "local_energy" (the real part of E_loc at the best configuration; None when no sample
         was below it) and "configuration" ("+"/"-", site 0 first)}.
     """
-    from runner.vmc import local_energies
+    from runner.vmc import local_energies_of
 
     hilbert = problem.sampler.hilbert
     log_abs = log_abs_evaluator(problem)(params)
@@ -146,9 +156,7 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
         method, x_KxN = "exhaustive", all_states(hilbert)
         value_K = log_abs(x_KxN)
     else:
-        starts_KxN = np.concatenate([np.asarray(starts_KxN, np.int8).reshape(-1, hilbert.n_sites),
-                                     uniform_configurations(hilbert, n_starts, seed)])
-        x_KxN, value_K, complete = ascend(log_abs, hilbert, starts_KxN)
+        x_KxN, value_K, complete = search(log_abs, hilbert, starts_KxN, n_starts, seed)
         method = "search" if complete else "search (stopped after MAX_EVALUATIONS)"
     k = int(np.argmax(value_K))
     found = float(value_K[k])
@@ -157,8 +165,7 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
     log10_p = min(0.0, (log_n_states - log_ratio) / math.log(10.0))
     eloc = None
     if log_ratio > 0:  # something the samples did not reach
-        plain = dataclasses.replace(problem, chunk_size=None)
-        eloc = float(np.real(np.asarray(local_energies(plain, params, jnp.asarray(x_KxN[k][None, None, :]))).ravel()[0]))
+        eloc = float(np.real(local_energies_of(problem, params, x_KxN[k:k + 1])[0]))
     return {
         "method": method,
         "starts": 0 if method == "exhaustive" else len(x_KxN),
@@ -173,13 +180,21 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
     }
 
 
-def restart_target(log_abs, hilbert: Hilbert, sigma_CxN, n_starts: int, seed):
+def check_estimate(problem, params, metrics: dict, sigma_CxN, n_starts: int, seed: int) -> dict | None:
+    """`check` after an estimate whose `metrics` hold "log_abs_max", from the chains `sigma_CxN`;
+    None after a full sum (no "log_abs_max": no sample to miss anything) or with n_starts = 0
+    (the config's `peak_search=0`: off)."""
+    if metrics.get("log_abs_max") is None or n_starts == 0:
+        return None
+    return check(problem, params, metrics["log_abs_max"], sigma_CxN, n_starts, seed)
+
+
+def restart_target(log_abs, hilbert: Hilbert, sigma_CxN, n_starts: int, seed: int, step: int):
     """Where a chain restarts during training (`peak_restart_every`): the configuration of largest
-    |psi| the search finds from the chains' configurations and `n_starts` uniform ones, and
-    2 (its log|psi| - the largest of the chains'), the log of their |psi|^2 ratio."""
-    sigma_CxN = np.asarray(sigma_CxN, np.int8)
+    |psi| the search finds from the chains' configurations and `n_starts` uniform ones (drawn
+    from the seed and the step), and 2 (its log|psi| - the largest of the chains'), the log of
+    their |psi|^2 ratio."""
     chains_max = float(np.max(log_abs(sigma_CxN)))
-    x_KxN, value_K, _ = ascend(log_abs, hilbert, np.concatenate([sigma_CxN, uniform_configurations(hilbert, n_starts,
-                                                                                                   seed)]))
+    x_KxN, value_K, _ = search(log_abs, hilbert, sigma_CxN, n_starts, seed, salt=step)
     k = int(np.argmax(value_K))
     return x_KxN[k], 2.0 * (float(value_K[k]) - chains_max)

@@ -186,6 +186,12 @@ def local_energies(problem: Problem, params, sigma_CxTxN):
                            else jnp.promote_types(real, jnp.complex64))
 
 
+def local_energies_of(problem: Problem, params, sigma_KxN):
+    """E_loc of any configurations [K, N] (not a multiple of the chains: no chunks), as NumPy [K]."""
+    plain = dataclasses.replace(problem, chunk_size=None)
+    return np.asarray(local_energies(plain, params, jnp.asarray(sigma_KxN, jnp.int8)[None]))[0]
+
+
 # The nonzero (sample, connected configuration) pairs of a chain are evaluated in blocks of
 # 1/NONZERO_BLOCKS of all its pairs: at most that fraction of the full work is spent on padding,
 # and the model sees C x block configurations at a time (memory bounded by the block). Each block

@@ -173,7 +173,7 @@ def test_a_restart_moves_one_chain_in_turn_to_a_local_maximum_of_psi():
     assert np.all(np.delete(after, 2, axis=0) == np.delete(before, 2, axis=0))
     log_abs = peaks.log_abs_evaluator(problem)(state.params)
     hilbert = experiment.hilbert
-    target, log_ratio = peaks.restart_target(log_abs, hilbert, before, 4, [0, 6])
+    target, log_ratio = peaks.restart_target(log_abs, hilbert, before, 4, 0, 6)
     assert np.all(after[2] == target) and found == {"peak_log_ratio": log_ratio}
     np.testing.assert_allclose(log_ratio, 2 * (log_abs(target[None])[0] - log_abs(before).max()), rtol=1e-12)
     assert log_abs(peaks._neighbours(target, *peaks._moves(hilbert))).max() <= log_abs(target[None])[0]
