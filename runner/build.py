@@ -178,7 +178,7 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
         )
 
 
-def _check_full_sum(config, problem, observed):
+def _check_full_sum(config, problem):
     """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), step
     rejection (no error bars to compare a jump with), SPRING (its kernel correction assumes
     equal sample weights), observables during training and a
@@ -199,9 +199,6 @@ def _check_full_sum(config, problem, observed):
     if config["preconditioner"].get("momentum"):
         raise ConfigError("preconditioner.momentum", "must be 0 with sampler=full_sum (SPRING assumes equally "
                                                      "weighted samples)")
-    if observed is not None and observed.every:
-        raise ConfigError("observables.every", "must be 0 with sampler=full_sum (observables are summed at the end "
-                                               "only, over every configuration)")
 
 
 def _with_schedule(config: dict, group: str, key: str):
@@ -275,7 +272,7 @@ def build(config: dict, sweep_job=None) -> Experiment:
         raise ConfigError("peak_restart_every", "must be 0 without Markov chains (sampler=exact and full_sum have "
                                                 "none to restart)")
     if isinstance(sampler, FullSumSampler):
-        _check_full_sum(config, problem, observed)
+        _check_full_sum(config, problem)
     if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):
         raise ConfigError("preconditioner.momentum", "must be 0 with sampler.machine_pow other than 2 (SPRING "
                                                      "assumes equally weighted samples)")

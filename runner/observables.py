@@ -328,13 +328,21 @@ def step_observer(obs: Observables | None, problem) -> Callable | None:
     """The `observe` hook of `runner.vmc.vmc_step`: (params, sigma_CxTxN, w_CxT, step) ->
     metrics, measuring on the step's own samples (with their importance weights w, or None)
     where step % every == 0 (a `lax.cond`: the other steps compute nothing) and NaN elsewhere,
-    with MEASURED = 1.0 / 0.0. None when every = 0, so the step is exactly the plain one."""
+    with MEASURED = 1.0 / 0.0. None when every = 0, so the step is exactly the plain one.
+
+    With a full sum the measurement is exact (error 0) and sums over every configuration of the
+    space, as the final estimate does: over orbits the step's configurations are one per orbit,
+    and most observables differ between the members of an orbit (`every_configuration`)."""
     if obs is None or obs.every <= 0:
         return None
+    full_sum = isinstance(problem.sampler, FullSumSampler)
+    over_orbits = full_sum and problem.sampler.symmetry != "none"
 
     def observe(params, sigma_CxTxN, w_CxT, step):
         def on():
-            return {**measure(obs, local_values(obs, problem, params, sigma_CxTxN), w_CxT),
+            sigma, w = (every_configuration(problem.sampler, problem.amplitude, params) if over_orbits
+                        else (sigma_CxTxN, w_CxT))
+            return {**measure(obs, local_values(obs, problem, params, sigma), w, exact=full_sum),
                     MEASURED: jnp.ones((), _real())}
 
         def off():

@@ -18,7 +18,8 @@ from runner import operators
 from runner import sampler as smp
 from runner.build import build
 from runner.errors import ConfigError
-from runner.vmc import (Problem, draw, energy_and_update, from_split, full_sum_invariance_error, gradient_mode)
+from runner.vmc import (Problem, draw, energy_and_update, from_split, full_sum_invariance_error, gradient_mode,
+                        init_state)
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 from tests.test_evaluate import evaluated
@@ -140,7 +141,6 @@ def test_an_orbit_sum_refuses_what_is_not_invariant():
 @pytest.mark.parametrize("override,key", [
     (["clip_local_energy=5"], "clip_local_energy"),
     (["preconditioner=minsr", "preconditioner.momentum=0.9"], "preconditioner.momentum"),
-    (["observables=spin", "observables.every=5"], "observables.every"),
     (["hamiltonian=pauli", "model=rbm_symm", "sampler.symmetry=translations"], "sampler.symmetry"),
 ])
 def test_full_sum_refuses_at_build(override, key):
@@ -152,14 +152,22 @@ def test_full_sum_refuses_at_build(override, key):
     assert err.value.key == key
 
 
+def _observed(run_dir):
+    """The observables of metrics.jsonl: {step: {obs field: value}} for the steps that measured."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: {k: v for k, v in r.items() if k.startswith("obs")} for r in records
+            if any(k.startswith("obs/") for k in r)}
+
+
 def test_a_run_is_exact_and_identical_on_every_layout(tmp_path):
     """J1-J2 on a 10-site chain over the space group's orbits: each step's energy is the exact
     energy of its parameters (so the final one is the dense <psi|H|psi> of the saved state), with
-    error 0; 1, 2 and 4 devices and 2 processes give the same bits."""
+    error 0; 1, 2 and 4 devices and 2 processes give the same bits, the observables measured
+    during training (over every configuration) included."""
     overrides = ["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
                  "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
                  "sampler=full_sum", "sampler.symmetry=lattice", "sampler.n_chains=4", "n_iter=6", "exact=true",
-                 "checkpoint_every=1000"]
+                 "checkpoint_every=1000", "observables=spin", "observables.every=2"]
     experiment = build(compose_config(overrides))
     run_cli([*overrides, f"hydra.run.dir={tmp_path / 'devices1'}"], REPO, check=True)
     devices = jax.devices()
@@ -168,10 +176,14 @@ def test_a_run_is_exact_and_identical_on_every_layout(tmp_path):
         summary = app.execute(experiment, layout, tmp_path / f"devices{n}")
         assert summary["energy_error"] == 0 and summary["n_samples"] == 16  # 16 orbits on 4 rows of 4
         assert_identical_runs(tmp_path / f"devices{n}", tmp_path / "devices1")
+        assert _observed(tmp_path / f"devices{n}") == _observed(tmp_path / "devices1")
     procs = start_distributed(overrides, tmp_path / "processes2", free_port(), devices=1)
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert_identical_runs(tmp_path / "processes2", tmp_path / "devices1")
+    observed = _observed(tmp_path / "devices1")
+    assert sorted(observed) == [0, 2, 4] and all(v["obs_error/zz_nn"] == 0 for v in observed.values())
+    assert _observed(tmp_path / "processes2") == observed
 
     from runner.api import load
 
@@ -198,11 +210,13 @@ def test_observables_are_exact_sums_over_every_configuration(tmp_path):
     """With orbits the energy is summed over them, but the observables over every configuration
     (Z_i Z_j differs between members of an orbit): <Z_i Z_j>, zz_nn and S(q) equal the dense sums
     over the saved state's |psi|^2, with error 0, in the summary, correlations.json and
-    runner.load(...).expect."""
-    run_cli(["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
-             "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
-             "sampler=full_sum", "sampler.symmetry=lattice", "sampler.n_chains=4", "observables=spin", "n_iter=4",
-             f"hydra.run.dir={tmp_path}"], REPO, check=True)
+    runner.load(...).expect; during training (`observables.every`) they equal the dense sums over
+    the parameters of their step (step 0: the initial ones), with error 0."""
+    overrides = ["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
+                 "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
+                 "sampler=full_sum", "sampler.symmetry=lattice", "sampler.n_chains=4", "observables=spin",
+                 "observables.every=3", "n_iter=4"]
+    run_cli([*overrides, f"hydra.run.dir={tmp_path}"], REPO, check=True)
     from runner.api import load
 
     trained = load(tmp_path)
@@ -224,6 +238,18 @@ def test_observables_are_exact_sums_over_every_configuration(tmp_path):
     np.testing.assert_allclose(correlations["structure_factor"], sq, atol=1e-12)
     assert summary["observables"]["structure_factor_zz"]["mean"] == pytest.approx(sq.max(), abs=1e-12)
     assert trained.expect("zz_nn") == (pytest.approx(zz_nn, abs=1e-12), 0.0)
+    problem = build(compose_config(overrides)).problem
+    initial = init_state(problem, 0, jnp.ones(10, jnp.int8)).params
+    p0 = np.abs(np.exp(np.asarray(problem.logpsi(initial, states)))) ** 2
+    p0 /= p0.sum()
+    zz0 = np.einsum("d,di,dj->ij", p0, s, s)
+    sq0 = (np.einsum("qi,ij,qj->q", cos_QxN, zz0, cos_QxN) + np.einsum("qi,ij,qj->q", sin_QxN, zz0, sin_QxN)) / 10
+    observed = _observed(tmp_path)
+    assert sorted(observed) == [0, 3]
+    assert observed[0]["obs/zz_nn"] == pytest.approx(zz0[bonds[:, 0], bonds[:, 1]].mean(), abs=1e-12)
+    assert observed[0]["obs/structure_factor_zz"] == pytest.approx(sq0.max(), abs=1e-12)
+    assert observed[3]["obs/zz_nn"] != observed[0]["obs/zz_nn"]  # step 3 measured its own parameters
+    assert all(v[f"obs_error/{name}"] == 0 for v in observed.values() for name in ("zz_nn", "xx_nn", "mz2"))
     assert trained.expect("energy") == (pytest.approx(summary["energy"], rel=1e-12), 0.0)
     with pytest.raises(ValueError, match="draws no samples"):
         trained.sample(16)
