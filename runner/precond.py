@@ -98,12 +98,21 @@ def _update_in(jac, eps_S, mode, state, step=0, *, update, dtype, **keywords):
     dense, chunks = jac.dense, getattr(jac, "chunks", None)
     jac = jac._replace(dense=lambda: wide(dense()))
     if chunks is not None:
-        def start():
-            rows = chunks.start()
-            return lambda k: wide(rows(k))
-        jac = jac._replace(chunks=chunks._replace(start=start))
+        jac = jac._replace(chunks=_widened(chunks, wide))
     x, new_state, info = update(jac, wide(eps_S), mode, state, step, **keywords)
     return x, jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), new_state, state), info
+
+
+def _widened(chunks: "SampleChunks", wide) -> "SampleChunks":
+    """The chunks (and their parameter blocks) with `wide` applied to every chunk made."""
+    def start():
+        rows = chunks.start()
+        return lambda k: wide(rows(k))
+
+    by_parameters = chunks.by_parameters
+    if by_parameters is not None:
+        return chunks._replace(start=start, by_parameters=lambda size: [_widened(c, wide) for c in by_parameters(size)])
+    return chunks._replace(start=start)
 
 
 def shift_at(diag_shift, step, dtype):
@@ -146,10 +155,14 @@ class SampleChunks(NamedTuple):
     start: () -> rows, rows: k (an int, may be traced) -> chunk k of Obar^T, [C, t, P] (complex
         when log psi is, in every mode). `start` computes what every chunk needs (the mean of
         O over all samples) where it is called: call it once, outside any loop over chunks.
+    by_parameters: size -> [SampleChunks], the same chunks split by columns into blocks of
+        parameters (at most `size` each where the parameters allow; every column in exactly one
+        block), each made without the others (None: not offered, use the chunks whole).
     """
 
     n: int
     start: Callable
+    by_parameters: Callable | None = None
 
 
 def from_products(dense, apply, apply_T, out_dtype, n_samples, mode, n_chains=1, chunks=None) -> Jacobian:
@@ -449,12 +462,33 @@ def _chunks_of(jac: Jacobian) -> SampleChunks:
     if jac.chunks is not None:
         return jac.chunks
 
-    def start():
-        Obar_PxS = jac.dense()
-        rows_CxTxP = Obar_PxS.T.reshape(jac.n_chains, Obar_PxS.shape[1] // jac.n_chains, Obar_PxS.shape[0])
-        return lambda k: rows_CxTxP
+    def columns(lo, hi):
+        def start():
+            Obar_PxS = jac.dense()[lo:hi]
+            rows_CxTxP = Obar_PxS.T.reshape(jac.n_chains, Obar_PxS.shape[1] // jac.n_chains, Obar_PxS.shape[0])
+            return lambda k: rows_CxTxP
+        return start
 
-    return SampleChunks(1, start)
+    def by_parameters(size):
+        n_params = jax.eval_shape(jac.dense).shape[0]
+        return [SampleChunks(1, columns(lo, min(lo + size, n_params))) for lo in range(0, n_params, size)]
+
+    return SampleChunks(1, columns(None, None), by_parameters)
+
+
+def parameter_kernel(chunks: SampleChunks, mode, param_chunk_size=None):
+    """`sample_kernel`, or with `param_chunk_size` the sum of the kernels of the chunks'
+    parameter blocks (`SampleChunks.by_parameters`), one block after another in a fixed order:
+    what is held is a block's columns of two chunks, not all P."""
+    if param_chunk_size is None or chunks.by_parameters is None:
+        return sample_kernel(chunks, mode)
+    blocks = chunks.by_parameters(param_chunk_size)
+    kernels = [functools.partial(sample_kernel, block, mode) for block in blocks]
+    if len(kernels) == 1:
+        return kernels[0]()
+    # One block per iteration of a loop (a branch of a switch each): the blocks' buffers are
+    # never live together, as they could be in straight-line code.
+    return jax.lax.fori_loop(1, len(kernels), lambda j, T: T + jax.lax.switch(j, kernels), kernels[0]())
 
 
 def _kernel_rows(Obar_CxtxP, mode):
@@ -527,10 +561,12 @@ def _kernel_order(shape, inverse=False):
     return lambda v: v.reshape(G, C, n, t).transpose(2, 1, 0, 3).reshape(-1)
 
 
-def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momentum=0.0, max_norm=None):
+def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momentum=0.0, max_norm=None,
+                 param_chunk_size=None):
     """minSR: the SR solution in sample space, x = A^H (A A^H + diag_shift)^-1 b, with the
-    kernel A A^H built chunk by chunk (`sample_kernel`) and x = A^H y by the Jacobian's
-    products (per-chain sums in a fixed order). Without momentum, x is capped to a length of
+    kernel A A^H built chunk by chunk (`sample_kernel`; with `param_chunk_size`, also block by
+    block of parameters, `parameter_kernel`) and x = A^H y by the Jacobian's products
+    (per-chain sums in a fixed order). Without momentum, x is capped to a length of
     `max_norm` in the metric S (`_capped`; None: no cap).
 
     With `momentum` mu > 0, SPRING (Goldshlager, Abrahamsen, Lin, J. Comput. Phys. 2024):
@@ -547,7 +583,7 @@ def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momen
     n_samples = C * t * chunks.n
     shape = (chunks.n, C, b.shape[0] // n_samples, t)
     to_kernel, from_kernel = _kernel_order(shape), _kernel_order(shape, inverse=True)
-    T_QxQ = _shifted(sample_kernel(chunks, mode), diag_shift)
+    T_QxQ = _shifted(parameter_kernel(chunks, mode, param_chunk_size), diag_shift)
     if not momentum:
         b_Q = to_kernel(b)
         y_Q = _solve_psd(T_QxQ, b_Q, solver)
@@ -623,13 +659,19 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
 
 
 def minsr(diag_shift: float = 0.01, solver: str = "cholesky", momentum: float = 0.0,
-          max_norm: float | None = None) -> Preconditioner:
+          max_norm: float | None = None, param_chunk_size: int | None = None) -> Preconditioner:
     """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh.
     `momentum`: SPRING's mu in [0, 1) (0: plain minSR; see `minsr_update`).
     `diag_shift`: a number, or a schedule (a function of the VMC step; runner.schedules).
-    `max_norm`: the trust region of `sr` (not with momentum)."""
+    `max_norm`: the trust region of `sr` (not with momentum).
+    `param_chunk_size`: build the kernel from blocks of whole parameter leaves of at most this
+    many numbers (a larger leaf is a block of its own), each block's derivatives made on their
+    own: memory a block's columns instead of all P, for one more derivative pass per block
+    (None: all parameters at once)."""
     diag_shift = _number_or_schedule(diag_shift)
     max_norm = _max_norm(max_norm)
+    if param_chunk_size is not None:
+        param_chunk_size = require_int("param_chunk_size", param_chunk_size, minimum=1)
     require_choice("solver", solver, ("cholesky", "eigh"))
 
     require_number("momentum", momentum, nonnegative=True)
@@ -645,7 +687,7 @@ def minsr(diag_shift: float = 0.01, solver: str = "cholesky", momentum: float = 
     def update(jac, eps_S, mode, state, step=0):
         shift, shown = shift_at(diag_shift, step, eps_S.dtype)
         x, state, info = minsr_update(jac, eps_S, mode, state, diag_shift=shift, solver=solver,
-                                      momentum=float(momentum), max_norm=max_norm)
+                                      momentum=float(momentum), max_norm=max_norm, param_chunk_size=param_chunk_size)
         return x, state, {**info, **shown}
 
     return Preconditioner(init, update)

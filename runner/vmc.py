@@ -250,10 +250,22 @@ def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
     return operators.sum_elements(diag_CxT, mel_CxTxK, jnp.exp(logpsi_CxTxK - logpsi_CxT[..., None]))
 
 
-def _flat_logpsi(problem: Problem, params, mode):
+def _flat_logpsi(problem: Problem, params, mode, block=None):
     """(theta, to_params, f) with f(theta, sigma_xN) = log psi, theta the flat parameters in
     the coordinates of `mode` (real and imaginary parts side by side for "split") and
-    to_params mapping them back to the parameter pytree."""
+    to_params mapping them back to the parameter pytree. With `block` = (i, j): theta holds
+    only the leaves i .. j - 1 of the tree (in `ravel_pytree`'s order), the others fixed."""
+    if block is not None:
+        leaves, treedef = jax.tree_util.tree_flatten(params)
+        i, j = block
+        flat, unravel = ravel_pytree(leaves[i:j])
+        whole = lambda part: jax.tree_util.tree_unflatten(treedef, [*leaves[:i], *part, *leaves[j:]])  # noqa: E731
+        if mode == "split":
+            flat = to_split(flat)
+            to_params = lambda v: whole(unravel(from_split(v)))  # noqa: E731
+        else:
+            to_params = lambda v: whole(unravel(v))  # noqa: E731
+        return flat, to_params, lambda v, s: problem.logpsi(to_params(v), s)
     flat, unravel = ravel_pytree(params)
     if mode == "split":
         flat = to_split(flat)
@@ -275,9 +287,10 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, mode):
     )
 
 
-def _per_sample_derivatives(problem: Problem, params, mode, sigma_N):
-    """sigma [C, t, N] -> O [C, t, P] (see `log_derivatives`), for blocks of samples like sigma_N."""
-    flat, _, f = _flat_logpsi(problem, params, mode)
+def _per_sample_derivatives(problem: Problem, params, mode, sigma_N, block=None):
+    """sigma [C, t, N] -> O [C, t, P] (see `log_derivatives`), for blocks of samples like sigma_N;
+    with `block`, the derivatives by that block of leaves only (`_flat_logpsi`)."""
+    flat, _, f = _flat_logpsi(problem, params, mode, block)
     if mode == "holomorphic":
         grad = jax.grad(f, holomorphic=True)
     elif jnp.iscomplexobj(jax.eval_shape(f, flat, sigma_N)):
@@ -393,15 +406,34 @@ def jacobian(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> Jacobia
     )
 
 
-def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> SampleChunks:
+def parameter_blocks(params, size: int):
+    """Leaves of the parameter tree grouped into blocks of at most `size` numbers each, [(i, j)]
+    (leaves i .. j - 1, in `ravel_pytree`'s order): consecutive leaves while they fit; a leaf
+    larger than `size` is a block of its own."""
+    blocks, start, filled = [], 0, 0
+    for k, leaf in enumerate(jax.tree_util.tree_leaves(params)):
+        if k > start and filled + leaf.size > size:
+            blocks.append((start, k))
+            start, filled = k, 0
+        filled += leaf.size
+    return [*blocks, (start, len(jax.tree_util.tree_leaves(params)))]
+
+
+def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None, block=None) -> SampleChunks:
     """Obar in chunks of `chunk_per_chain` samples of every chain (one chunk without
     chunk_size), for minSR's kernel: O of a chunk is made when it is asked for, centred with
     the mean over all samples (weighted by w if given), which `start` computes in a first
-    pass over the chunks."""
+    pass over the chunks. `by_parameters(size)` gives the same chunks' columns for each block
+    of leaves of at most `size` numbers (`parameter_blocks`), each made by derivatives with
+    respect to its block alone (`block`: the leaves of this one, None for all)."""
     C, T = sigma_CxTxN.shape[:2]
     n_samples = C * T
-    derivatives = _per_sample_derivatives(problem, params, mode, sigma_CxTxN[0, 0])
+    derivatives = _per_sample_derivatives(problem, params, mode, sigma_CxTxN[0, 0], block)
     chunk = problem.chunk_per_chain
+
+    def by_parameters(size):
+        return [_sample_chunks(problem, params, sigma_CxTxN, mode, w_CxT, b) for b in parameter_blocks(params, size)]
+
     if chunk is None or chunk >= T:
         # O is whole anyway; the kernel still takes it in up to 4 chunks: its lower blocks are
         # then copies of the upper ones (5/8 of the products), and under a mesh one quarter of
@@ -412,7 +444,7 @@ def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> S
             Obar_CxTxP = centred(derivatives(sigma_CxTxN), w_CxT)
             return lambda k: jax.lax.dynamic_slice_in_dim(Obar_CxTxP, k * (T // n), T // n, axis=1)
 
-        return SampleChunks(n, start)
+        return SampleChunks(n, start, by_parameters)
 
     if w_CxT is None:
         def start():
@@ -422,7 +454,7 @@ def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> S
             return lambda k: (derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1))
                               - mean_P) / jnp.sqrt(n_samples)
 
-        return SampleChunks(T // chunk, start)
+        return SampleChunks(T // chunk, start, by_parameters)
 
     def weighted_start():
         mean_P = chain_sum(_accumulate_over_samples(lambda s, w: weighted_chain_sums(derivatives(s), w), sigma_CxTxN,
@@ -430,7 +462,7 @@ def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None) -> S
         return lambda k: _root_weighted(derivatives(jax.lax.dynamic_slice_in_dim(sigma_CxTxN, k * chunk, chunk, axis=1)),
                                         jax.lax.dynamic_slice_in_dim(w_CxT, k * chunk, chunk, axis=1), mean_P)
 
-    return SampleChunks(T // chunk, weighted_start)
+    return SampleChunks(T // chunk, weighted_start, by_parameters)
 
 
 def energy_and_update(problem: Problem, params, sigma_CxTxN, solver, step=0, w_CxT=None):

@@ -60,6 +60,8 @@ def test_every_group_has_options():
         (["model=mlp", "model.hidden=[0]"], "model.hidden"),
         (["preconditioner.diag_shift=-0.1"], "preconditioner.diag_shift"),
         (["preconditioner.solver=qr"], "preconditioner.solver"),
+        (["preconditioner=minsr", "preconditioner.param_chunk_size=0"], "preconditioner.param_chunk_size"),
+        (["preconditioner=minsr", "preconditioner.param_chunk_size=1.5"], "preconditioner.param_chunk_size"),
         (["n_iter=-1"], "n_iter"),
         (["n_iter=ten"], "n_iter"),
         (["seed=1.5"], "seed"),

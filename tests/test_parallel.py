@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec
 
 from runner import app, checkpoint, parallel, precond
 from runner.build import build
-from runner.vmc import energy_and_update, init_state, vmc_step
+from runner.vmc import energy_and_update, init_state, parameter_blocks, vmc_step
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 
@@ -275,17 +275,23 @@ MINSR_LAYOUT_CASE = ["hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenber
                      "exact=false", "checkpoint_every=1000"]
 
 
-# The same without momentum, with a trust region small enough to cap every step.
-MINSR_CAPPED_CASE = [*MINSR_LAYOUT_CASE[:7], "preconditioner.max_norm=0.5", *MINSR_LAYOUT_CASE[8:]]
+# The same without momentum, with a trust region small enough to cap every step, and the kernel
+# summed over three blocks of parameters (hidden biases 32, weights 256, visible biases 8).
+MINSR_CAPPED_CASE = [*MINSR_LAYOUT_CASE[:7], "preconditioner.max_norm=0.5", "preconditioner.param_chunk_size=64",
+                     *MINSR_LAYOUT_CASE[8:]]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [MINSR_LAYOUT_CASE, MINSR_CAPPED_CASE], ids=["spring", "capped"])
 def test_chunked_minsr_gives_bitwise_identical_runs_on_every_layout(tmp_path, case):
     """minSR's kernel from chunks gathered one at a time, its solve and SPRING's state, or its
-    step capped by max_norm: the same bits on 1, 2 and 4 devices of one process and on 2
-    processes (energies, the final checkpoint with the previous update, the final estimate)."""
+    step capped by max_norm with the kernel summed over parameter blocks: the same bits on 1, 2
+    and 4 devices of one process and on 2 processes (energies, the final checkpoint with the
+    previous update, the final estimate)."""
     experiment = build(compose_config(case))
+    if case is MINSR_CAPPED_CASE:
+        params = jax.eval_shape(lambda: init_state(experiment.problem, 0, jnp.ones(8, jnp.int8))).params
+        assert parameter_blocks(params, 64) == [(0, 1), (1, 2), (2, 3)]
     execute_on_devices(experiment, tmp_path, (1, 2, 4))
     if case is MINSR_CAPPED_CASE:
         norms = [json.loads(line)["step_norm"] for line in (tmp_path / "devices1" / "metrics.jsonl").open()]

@@ -220,12 +220,14 @@ MODEL_CASES = {
 @pytest.mark.parametrize("case", sorted(MODEL_CASES))
 def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
     """vmc.jacobian's chunks (O made again per chunk, centred with the mean of a first pass)
-    give the solution of the dense Jacobian's formula, with and without chunk_size."""
+    give the solution of the dense Jacobian's formula, with and without chunk_size, and with
+    the kernel summed over blocks of parameter leaves (param_chunk_size: one leaf per block, and
+    blocks of about a third of the parameters)."""
     import dataclasses
 
     from runner.build import build
     from runner.sampler import sample
-    from runner.vmc import gradient_mode, init_state, jacobian
+    from runner.vmc import gradient_mode, init_state, jacobian, parameter_blocks
     from tests.test_config import compose_config
 
     experiment = build(compose_config([*MODEL_CASES[case], "preconditioner=minsr", "sampler.n_samples=64",
@@ -240,12 +242,20 @@ def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
     e = jax.random.normal(jax.random.PRNGKey(2), (64,)) / 8
     e = e * (1 + 0.5j) if jnp.iscomplexobj(Obar) else e
     solutions = {}
-    for chunk in (None, 16):
-        p = dataclasses.replace(problem, chunk_size=chunk)
-        solutions[chunk] = jax.jit(lambda params, s, e: p.precondition(jacobian(p, params, s, mode), e, solve_mode))(
-            state.params, sigma, e)
-    _close(solutions[16], np.asarray(solutions[None]), 1e-12)
-    _close(solutions[None], _minsr_reference(Obar, e, solve_mode, 0.01), 1e-9)
+    leaves = [x.size for x in jax.tree_util.tree_leaves(state.params)]
+    # Blocks of one leaf each, and blocks of about a third of the parameters.
+    for param_chunk_size in (None, 1, sum(leaves) // 3):
+        for chunk in (None, 16):
+            p = dataclasses.replace(problem, chunk_size=chunk,
+                                    precondition=precond.minsr(0.01, param_chunk_size=param_chunk_size))
+            solutions[chunk, param_chunk_size] = jax.jit(
+                lambda params, s, e: p.precondition(jacobian(p, params, s, mode), e, solve_mode))(state.params, sigma, e)
+    reference = np.asarray(solutions[None, None])
+    for key, solution in solutions.items():
+        _close(solution, reference, 1e-12)
+    _close(reference, _minsr_reference(Obar, e, solve_mode, 0.01), 1e-9)
+    assert parameter_blocks(state.params, 1) == [(k, k + 1) for k in range(len(leaves))]
+    assert len(parameter_blocks(state.params, sum(leaves) // 3)) >= 3
 
 
 def test_chunked_minsr_memory_is_bounded_by_the_chunk():
