@@ -53,7 +53,7 @@ MODELS = {
     "cnn": ("CNN", {"channels": 8, "kernel_size": 3, "depth": 2}),
     "vit": ("ViT", {"patch_size": 2, "d_model": 16, "n_heads": 2, "n_layers": 2}),
 }
-# SGD learning rate per case, the same in both codes (the ViT with real parameters diverged at 0.01).
+# SGD learning rate per case, the same in both codes (the ViT with real parameters diverged at 0.01 with its earlier unit-gain initialisation).
 LEARNING_RATE = {"cnn": 0.01, "vit": 0.002}
 N_ITER = 20
 # The physics of experiment=j1j2_square (which also sets the RBM's alpha, so it is spelled out here).
@@ -275,7 +275,7 @@ def render(rows, args, env):
         f"`models.ViT` ({describe('vit')}), float64 parameters, given to NetKet's "
         f"`MCState` unchanged; {N_SAMPLES} samples in {N_CHAINS} chains, {N_DISCARD} discarded sweeps of {SWEEP} "
         f"exchange proposals per chain; minSR against NetKet's `{solver}`, diag_shift {DIAG_SHIFT}, "
-        f"SGD with learning rate {LEARNING_RATE['cnn']} (CNN) and {LEARNING_RATE['vit']} (ViT; 0.01 diverged); "
+        f"SGD with learning rate {LEARNING_RATE['cnn']} (CNN) and {LEARNING_RATE['vit']} (ViT; 0.01 diverged with its earlier initialisation); "
         f"{args.n_iter} steps, the first {WARMUP} untimed. Both codes evaluate the model "
         "through its generic path (no fast path exists for these models). Process settings: " + settings + ". "
         "One fresh process per run, runs interleaved (ours, NetKet, NetKet, ours, ...), all under the same "
