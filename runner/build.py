@@ -181,8 +181,7 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
 def _check_full_sum(config, problem):
     """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), step
     rejection (no error bars to compare a jump with), SPRING (its kernel correction assumes
-    equal sample weights), observables during training and a
-    symmetry that H does not have. (The model's invariance needs its evaluation: checked when the
+    equal sample weights) and a symmetry that H does not have. (The model's invariance needs its evaluation: checked when the
     run starts, `runner.vmc.full_sum_invariance_error`.)"""
     sampler = problem.sampler
     if sampler.symmetry != "none":

@@ -255,23 +255,18 @@ def _flat_logpsi(problem: Problem, params, mode, block=None):
     the coordinates of `mode` (real and imaginary parts side by side for "split") and
     to_params mapping them back to the parameter pytree. With `block` = (i, j): theta holds
     only the leaves i .. j - 1 of the tree (in `ravel_pytree`'s order), the others fixed."""
-    if block is not None:
+    if block is None:
+        flat, to_tree = ravel_pytree(params)
+    else:
         leaves, treedef = jax.tree_util.tree_flatten(params)
         i, j = block
         flat, unravel = ravel_pytree(leaves[i:j])
-        whole = lambda part: jax.tree_util.tree_unflatten(treedef, [*leaves[:i], *part, *leaves[j:]])  # noqa: E731
-        if mode == "split":
-            flat = to_split(flat)
-            to_params = lambda v: whole(unravel(from_split(v)))  # noqa: E731
-        else:
-            to_params = lambda v: whole(unravel(v))  # noqa: E731
-        return flat, to_params, lambda v, s: problem.logpsi(to_params(v), s)
-    flat, unravel = ravel_pytree(params)
+        to_tree = lambda v: jax.tree_util.tree_unflatten(treedef, [*leaves[:i], *unravel(v), *leaves[j:]])  # noqa: E731
     if mode == "split":
         flat = to_split(flat)
-        to_params = lambda v: unravel(from_split(v))  # noqa: E731
+        to_params = lambda v: to_tree(from_split(v))  # noqa: E731
     else:
-        to_params = unravel
+        to_params = to_tree
     return flat, to_params, lambda v, s: problem.logpsi(to_params(v), s)
 
 
