@@ -462,24 +462,19 @@ def _chunks_of(jac: Jacobian) -> SampleChunks:
     if jac.chunks is not None:
         return jac.chunks
 
-    def columns(lo, hi):
-        def start():
-            Obar_PxS = jac.dense()[lo:hi]
-            rows_CxTxP = Obar_PxS.T.reshape(jac.n_chains, Obar_PxS.shape[1] // jac.n_chains, Obar_PxS.shape[0])
-            return lambda k: rows_CxTxP
-        return start
+    def start():
+        Obar_PxS = jac.dense()
+        rows_CxTxP = Obar_PxS.T.reshape(jac.n_chains, Obar_PxS.shape[1] // jac.n_chains, Obar_PxS.shape[0])
+        return lambda k: rows_CxTxP
 
-    def by_parameters(size):
-        n_params = jax.eval_shape(jac.dense).shape[0]
-        return [SampleChunks(1, columns(lo, min(lo + size, n_params))) for lo in range(0, n_params, size)]
-
-    return SampleChunks(1, columns(None, None), by_parameters)
+    return SampleChunks(1, start)
 
 
 def parameter_kernel(chunks: SampleChunks, mode, param_chunk_size=None):
     """`sample_kernel`, or with `param_chunk_size` the sum of the kernels of the chunks'
     parameter blocks (`SampleChunks.by_parameters`), one block after another in a fixed order:
-    what is held is a block's columns of two chunks, not all P."""
+    what is held is a block's columns of two chunks, not all P. Chunks that offer no blocks (a
+    dense Jacobian's, whole anyway) give their kernel whole."""
     if param_chunk_size is None or chunks.by_parameters is None:
         return sample_kernel(chunks, mode)
     blocks = chunks.by_parameters(param_chunk_size)

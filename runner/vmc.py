@@ -405,13 +405,14 @@ def parameter_blocks(params, size: int):
     """Leaves of the parameter tree grouped into blocks of at most `size` numbers each, [(i, j)]
     (leaves i .. j - 1, in `ravel_pytree`'s order): consecutive leaves while they fit; a leaf
     larger than `size` is a block of its own."""
+    leaves = jax.tree_util.tree_leaves(params)
     blocks, start, filled = [], 0, 0
-    for k, leaf in enumerate(jax.tree_util.tree_leaves(params)):
+    for k, leaf in enumerate(leaves):
         if k > start and filled + leaf.size > size:
             blocks.append((start, k))
             start, filled = k, 0
         filled += leaf.size
-    return [*blocks, (start, len(jax.tree_util.tree_leaves(params)))]
+    return [*blocks, (start, len(leaves))]
 
 
 def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None, block=None) -> SampleChunks:
@@ -426,8 +427,10 @@ def _sample_chunks(problem: Problem, params, sigma_CxTxN, mode, w_CxT=None, bloc
     derivatives = _per_sample_derivatives(problem, params, mode, sigma_CxTxN[0, 0], block)
     chunk = problem.chunk_per_chain
 
-    def by_parameters(size):
+    def blocks(size):
         return [_sample_chunks(problem, params, sigma_CxTxN, mode, w_CxT, b) for b in parameter_blocks(params, size)]
+
+    by_parameters = blocks if block is None else None  # a block is not split again
 
     if chunk is None or chunk >= T:
         # O is whole anyway; the kernel still takes it in up to 4 chunks: its lower blocks are
