@@ -4,8 +4,10 @@ import dataclasses
 import importlib
 import inspect
 import logging
+import warnings
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
@@ -155,7 +157,7 @@ def _check_chunk(chunk_size, sampler):
 
 def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
     """Refuses the exchange sampler for an H that does not conserve Sz and `exact: true`
-    beyond the available memory; warns when real parameters meet a non-stoquastic H."""
+    beyond the available memory."""
     from runner import exact, operators
 
     if str(config["sampler"].get("_target_", "")).endswith("metropolis_exchange") and not operators.conserves_sz(hamiltonian):
@@ -170,12 +172,28 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
                 f"true needs about {need / 2**30:.3g} GiB for the {hilbert.n_states} basis states of this "
                 f"lattice but {have / 2**30:.3g} GiB is available; use exact=false or exact=auto",
             )
-    if dtype_name in ("float32", "float64", "float32_mixed") and not operators.is_stoquastic(hamiltonian):
-        logging.warning(
-            "dtype=%s gives a real, sign-free wavefunction, but this Hamiltonian is not stoquastic "
-            "(positive or complex off-diagonal elements), so its ground state may have signs it cannot represent; "
-            "consider dtype=complex128", dtype_name,
-        )
+
+
+def _warn_on_signs(model, hilbert, hamiltonian, dtype_name):
+    """Warns when a model whose log psi is real (real parameters, and no complex output layer or
+    character to give it phases) meets a Hamiltonian that is not stoquastic. Whether log psi is
+    complex is read from the model's abstract evaluation (`jax.eval_shape`: no device touched)."""
+    if dtype_name not in ("float32", "float64", "float32_mixed") or operators.is_stoquastic(hamiltonian):
+        return
+
+    def log_psi():
+        sigma = jnp.ones((1, hilbert.n_sites), jnp.int8)
+        return model.apply(model.init(jax.random.PRNGKey(0), sigma), sigma)
+
+    with warnings.catch_warnings():  # x64 is not set yet: float64 requests would warn of truncation
+        warnings.simplefilter("ignore")
+        if jnp.iscomplexobj(jax.eval_shape(log_psi)):
+            return
+    logging.warning(
+        "dtype=%s gives this model a real, sign-free wavefunction, but this Hamiltonian is not stoquastic "
+        "(positive or complex off-diagonal elements), so its ground state may have signs it cannot represent; "
+        "consider dtype=complex128", dtype_name,
+    )
 
 
 def _check_full_sum(config, problem):
@@ -246,6 +264,7 @@ def build(config: dict, sweep_job=None) -> Experiment:
     _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
     model = instantiate("model", config["model"], param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
+    _warn_on_signs(model, hilbert, hamiltonian, dtype_name)
     sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
     optimizer_cfg, learning_rate = _with_schedule(config, "optimizer", "learning_rate")
     if learning_rate is None:

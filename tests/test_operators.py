@@ -332,6 +332,11 @@ def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(
                               "sampler=metropolis_exchange"]))
         build(compose_config(["hamiltonian=heisenberg", "hamiltonian.sign_rule=false", "hilbert.total_sz=0",
                               "sampler=metropolis_exchange", "dtype=complex128"]))
+        # real parameters, complex log psi: the ViT's output layer and a parity -1 projection carry phases
+        build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.sign_rule=false",
+                              "hilbert.total_sz=0", "sampler=metropolis_exchange", "model=vit", "model.patch_size=2"]))
+        build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.sign_rule=false",
+                              "hilbert.total_sz=0", "sampler=metropolis_exchange", "model=cnn", "model.parity=-1"]))
     assert len([r for r in caplog.records if "stoquastic" in r.getMessage()]) == 1
 
 
