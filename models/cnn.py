@@ -1,12 +1,15 @@
 """Residual convolutional network on the lattice's Bravais grid."""
 
+import functools
 import itertools
 import math
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from models import symmetrize
 from models.common import check_param_dtype, log_cosh, normal
@@ -26,9 +29,58 @@ def neighbour_table(shape: tuple, kernel_size: int, pbc: bool) -> np.ndarray:
     return np.where(inside | pbc, index, len(cells)).astype(np.int32)
 
 
+@functools.lru_cache(maxsize=None)
+def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
+    """conv(h [..., *shape, C_in], kernel [K C_in, C_out]) -> [..., *shape, C_out], K = kernel_size^d,
+    the kernel's rows in `neighbour_table`'s offset order, then input channel; wrapped around
+    with pbc, zero padded without.
+
+    log psi goes through XLA's convolution of the padded grid (3.7x faster than gathering every
+    cell's window and multiplying on a 6 x 6 lattice: the sampler's and the local energies' cost).
+    Its derivative by the kernel is the window gather and one matrix product instead: XLA's
+    kernel gradient of a convolution, batched over samples for per-sample log-derivatives,
+    becomes a grouped convolution 50x slower than the product."""
+    n = len(shape)
+    neighbours_CxK = neighbour_table(shape, kernel_size, pbc)
+    spatial = "HWD"[:n]
+    numbers = ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
+    padded_shape = tuple(e + kernel_size - 1 for e in shape)
+    widths = [((kernel_size - 1) // 2, kernel_size // 2)] * n
+
+    def xla_conv(h, kernel):
+        lead = h.shape[:h.ndim - n - 1]
+        h_pad = jnp.pad(h, [(0, 0)] * len(lead) + widths + [(0, 0)], mode="wrap" if pbc else "constant")
+        y = jax.lax.conv_general_dilated(h_pad.reshape(-1, *padded_shape, h.shape[-1]),
+                                         kernel.reshape(*(kernel_size,) * n, h.shape[-1], kernel.shape[-1]),
+                                         (1,) * n, "VALID", dimension_numbers=numbers)
+        return y.reshape(*lead, *shape, kernel.shape[-1])
+
+    def window(h):
+        """[..., *shape, K C_in]: every cell's kernel window (outside open boundaries: zeros)."""
+        lead = h.shape[:h.ndim - n - 1]
+        cells = h.reshape(*lead, -1, h.shape[-1])
+        cells = jnp.concatenate([cells, jnp.zeros_like(cells[..., :1, :])], axis=-2)
+        return cells[..., neighbours_CxK, :].reshape(*lead, *shape, -1)
+
+    @jax.custom_jvp
+    def conv(h, kernel):
+        return xla_conv(h, kernel)
+
+    def conv_jvp(primals, tangents):
+        (h, kernel), (dh, dkernel) = primals, tangents
+        terms = []
+        if not isinstance(dh, SymbolicZero):
+            terms.append(xla_conv(dh, kernel))
+        if not isinstance(dkernel, SymbolicZero):
+            terms.append(window(h) @ dkernel)
+        return xla_conv(h, kernel), functools.reduce(jnp.add, terms)
+
+    conv.defjvp(conv_jvp, symbolic_zeros=True)
+    return conv
+
+
 class CNN(nn.Module):
-    """Convolutions over the unit cells (the basis sites as input channels), each a gather of
-    the kernel's cells and one matrix product (so per-sample gradients stay matrix products):
+    """Convolutions over the unit cells (the basis sites as input channels, `grid_conv`):
     a first layer, then depth - 1 residual layers x + conv(log cosh x), and log psi = the sum
     over cells of a readout of log cosh x. Periodic padding with pbc makes every layer commute with the
     lattice translations, so log psi is invariant under them. Square lattices convolve on the
@@ -69,23 +121,22 @@ class CNN(nn.Module):
     def unprojected(self, sigma_xN):
         """log psi before the symmetry projection [...]."""
         lattice = self.hilbert
-        neighbours_CxK = jnp.asarray(neighbour_table(lattice.shape, self.kernel_size, lattice.pbc))
-        n_cells = neighbours_CxK.shape[0]
-        x = sigma_xN.reshape(*sigma_xN.shape[:-1], n_cells, lattice.n_basis).astype(self.param_dtype)
+        n = len(lattice.shape)
+        conv = grid_conv(lattice.shape, self.kernel_size, lattice.pbc)
+        x = sigma_xN.reshape(*sigma_xN.shape[:-1], *lattice.shape, lattice.n_basis).astype(self.param_dtype)
+        n_window = self.kernel_size ** n
         for layer in range(self.depth):
             h = x if layer == 0 else log_cosh(x)
-            # Zero padding for open boundaries: the table points outside at an appended zero cell.
-            h = jnp.concatenate([h, jnp.zeros_like(h[..., :1, :])], axis=-2)
-            window = h[..., neighbours_CxK, :].reshape(*h.shape[:-2], n_cells, -1)  # [..., cells, K C_in]
-            kernel = self.param(f"kernel{layer}", normal(1.0 / math.sqrt(window.shape[-1])),
-                                (window.shape[-1], self.channels), self.param_dtype)
+            kernel = self.param(f"kernel{layer}", normal(1.0 / math.sqrt(n_window * h.shape[-1])),
+                                (n_window * h.shape[-1], self.channels), self.param_dtype)
             bias = self.param(f"bias{layer}", normal(0.01), (self.channels,), self.param_dtype)
-            y = window @ kernel + bias
+            y = conv(h, kernel) + bias
             x = y if layer == 0 else x + y
         # A readout weight per channel, small at the start: log psi nearly flat, so the first
         # samples spread over the space instead of sitting on the few largest configurations.
         readout = self.param("readout", normal(0.1 / math.sqrt(self.channels)), (self.channels,), self.param_dtype)
-        return jnp.sum(log_cosh(x) @ readout, axis=-1)
+        per_cell = log_cosh(x) @ readout
+        return jnp.sum(per_cell.reshape(*per_cell.shape[:per_cell.ndim - n], -1), axis=-1)
 
     def __call__(self, sigma_xN):
         return symmetrize.project(self.unprojected, sigma_xN, self.hilbert, self.symmetries, self.parity, None)

@@ -298,3 +298,36 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     np.testing.assert_allclose(stats_4.mean, stats_1.mean, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(grads_4), jax.tree_util.tree_leaves(grads_1)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape,kernel_size,pbc", [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True),
+                                                   ((2, 4), 5, True), ((4, 3), 2, False)])
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, dtype):
+    """XLA's convolution of the padded grid equals the explicit sum over every cell's kernel
+    window (`neighbour_table`, zeros outside open boundaries, wrapped more than once where the
+    kernel is wider than the lattice), and its hand-made derivative (window products for the
+    kernel) equals finite differences, forward and reverse, also batched over samples."""
+    from jax.test_util import check_grads
+
+    from models.cnn import grid_conv, neighbour_table
+
+    rng = np.random.default_rng(0)
+    c_in, c_out, n_window = 2, 3, kernel_size ** len(shape)
+    h = rng.normal(size=(4, *shape, c_in))
+    kernel = rng.normal(size=(n_window * c_in, c_out))
+    if jnp.iscomplexobj(jnp.zeros((), dtype)):
+        h, kernel = h + 1j * rng.normal(size=h.shape), kernel + 1j * rng.normal(size=kernel.shape)
+    h, kernel = jnp.asarray(h, dtype), jnp.asarray(kernel, dtype)
+    conv = grid_conv(shape, kernel_size, pbc)
+
+    table = neighbour_table(shape, kernel_size, pbc)
+    cells = np.concatenate([np.asarray(h).reshape(4, -1, c_in), np.zeros((4, 1, c_in))], axis=1)
+    expected = (cells[:, table, :].reshape(4, table.shape[0], -1) @ np.asarray(kernel)).reshape(4, *shape, c_out)
+    np.testing.assert_allclose(conv(h, kernel), expected, rtol=1e-12, atol=1e-12)
+
+    check_grads(conv, (h, kernel), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+    per_sample = jax.vmap(jax.grad(lambda k, x: jnp.sum(jnp.real(conv(x, k)) * jnp.arange(c_out))), in_axes=(None, 0))
+    for i in range(4):
+        np.testing.assert_allclose(per_sample(kernel, h)[i], jax.grad(
+            lambda k: jnp.sum(jnp.real(conv(h[i:i + 1], k)) * jnp.arange(c_out)))(kernel), rtol=1e-12)
