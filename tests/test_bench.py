@@ -209,3 +209,27 @@ def test_noise_free_sr_sums_over_the_orbits_as_over_all_states(capsys):
     noise_free.main(["--alpha", "1", "--steps", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "alpha 1: 18 parameters; 153 orbits of 12870 configurations" and len(lines) == 4
+
+
+def test_cnn_conv_bench_compares_the_two_formulations(capsys, monkeypatch):
+    """bench/cnn_conv.py's gathered formulation is the CNN's log psi (so its timings compare the
+    same function), and the script runs on a small case."""
+    import jax
+    import jax.numpy as jnp
+
+    from models.cnn import CNN
+    from runner import hilbert as hb
+
+    conv_spec = importlib.util.spec_from_file_location("bench_cnn_conv", REPO / "bench" / "cnn_conv.py")
+    conv_bench = importlib.util.module_from_spec(conv_spec)
+    conv_spec.loader.exec_module(conv_bench)
+    lattice = hb.square(3, total_sz=None)
+    model = CNN(channels=2, depth=2, param_dtype=jnp.float64, hilbert=lattice)
+    sigma = jnp.asarray(hb.all_states(lattice))[:40]
+    params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
+    assert jnp.allclose(conv_bench.gathered(model)(params, sigma), model.apply({"params": params}, sigma),
+                        rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(sys, "argv", ["cnn_conv.py", "--L", "2", "--channels", "2", "--depth", "1", "--batch", "64"])
+    conv_bench.main()
+    out = capsys.readouterr().out
+    assert out.count("grid_conv") == 2 and out.count("gather ") == 2
