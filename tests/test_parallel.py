@@ -1,6 +1,8 @@
 """One core, many layouts: 1 device, 4 sharded devices and 2 processes x 2 devices agree."""
 
 import json
+import os
+import platform
 import signal
 import socket
 import subprocess
@@ -329,3 +331,47 @@ def test_minsr_under_a_mesh_never_gathers_the_whole_jacobian(chunk_size):
     gathered = [np.prod([int(d) for d in dims.split(",") if d])
                 for dims in re.findall(r"= f64\[([\d,]*)\]\S* all-gather", hlo)]
     assert gathered and max(gathered) == (chunk_size or 64) * n_params
+
+
+_MMAPPED_BLOCKS = """
+import ctypes, json, os
+from runner.parallel import configure_runtime
+configure_runtime()
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+before = libc.mallinfo2().hblks
+block = libc.malloc(64 << 20)
+mmapped = libc.mallinfo2().hblks - before
+libc.free(block)
+print(json.dumps({"mmapped": mmapped, "env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings")
+def test_the_runtime_keeps_large_buffers_in_the_heap():
+    """configure_runtime makes glibc serve a 64 MB block from the heap (not a fresh mmap, whose
+    pages would fault in again every step) and passes the settings on to child processes; a
+    user's own MALLOC_ variable wins."""
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("glibc < 2.33 has no mallinfo2")
+
+    def run(**env):
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+        out = subprocess.run([sys.executable, "-c", _MMAPPED_BLOCKS], env={**base, **env}, capture_output=True,
+                             text=True, check=True, cwd=REPO)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    tuned = run()
+    assert tuned["mmapped"] == 0
+    assert tuned["env"] == {k: str(v) for k, v in parallel.MALLOC_SETTINGS.items()}
+    users = run(MALLOC_MMAP_MAX_="65536", MALLOC_TRIM_THRESHOLD_="131072")
+    assert users["mmapped"] == 1 and users["env"] == {"MALLOC_MMAP_MAX_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
