@@ -192,7 +192,8 @@ def netket_main(argv):
         "energies": energies, "peak_rss_mb": peak_rss, "hamiltonian_check": hamiltonian_error,
         "solver": f"VMC_SR(use_ntk=True, on_the_fly={driver.on_the_fly}, mode={driver.mode})",
         "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                               "XLA_FLAGS", "JAX_PLATFORMS")},
+                                               "XLA_FLAGS", "JAX_PLATFORMS", "MALLOC_MMAP_MAX_",
+                                               "MALLOC_TRIM_THRESHOLD_")},
         "versions": {"netket": nk.__version__, "jax": jax.__version__},
     }), flush=True)
 

@@ -296,7 +296,7 @@ def main(argv=None) -> int:
         "devices": [str(d) for d in jax.devices()],
         "env": {k: os.environ.get(k) for k in (
             "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "XLA_FLAGS", "JAX_PLATFORMS")},
+            "XLA_FLAGS", "JAX_PLATFORMS", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")},
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
     }
