@@ -14,6 +14,9 @@ from runner.errors import ConfigError
 log = logging.getLogger(__name__)
 
 EVALUATION = "evaluation.json"
+# Model keys an evaluation may change: the symmetry projection of the trained parameters (the
+# same parameters, a state projected on a symmetry sector: its energy is as variational).
+PROJECTION_KEYS = ("model.symmetries", "model.parity", "model.momentum")
 USAGE = "usage: python -m runner.evaluate RUN_DIR [overrides, e.g. sampler.n_samples=65536 final_rounds=4 parallel=sharded]"
 
 
@@ -26,7 +29,8 @@ def compose_config(run_dir, overrides) -> dict:
 
     Raises:
         ConfigError: an override Hydra cannot compose, or one that changes the Hamiltonian,
-            model, lattice or dtype (naming the key and both values).
+            model (other than its projection, `PROJECTION_KEYS`), lattice or dtype (naming the key
+            and both values).
     """
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -48,12 +52,24 @@ def compose_config(run_dir, overrides) -> dict:
     for key in new:
         if base.get(key) != new[key]:
             config[key] = new[key]
+    unprojected = lambda c: {k: v for k, v in fingerprint.of(c).items() if k not in PROJECTION_KEYS}  # noqa: E731
     restore.refuse_difference(
-        fingerprint.of(stored), fingerprint.of(config), restore.PHYSICS_KEYS, f"the run {run_dir}",
-        "an evaluation measures the run's own state (its Hamiltonian, model, lattice and dtype)",
+        unprojected(stored), unprojected(config), restore.PHYSICS_KEYS, f"the run {run_dir}",
+        "an evaluation measures the run's own state (its Hamiltonian, model, lattice and dtype; "
+        "model.symmetries, parity and momentum may project it)",
         here="the overrides",
     )
     return config
+
+
+def projection_change(stored: dict, config: dict) -> dict | None:
+    """{key: [the run's value, the evaluated one]} for the projection keys an evaluation
+    changes, or None when it evaluates the trained state itself."""
+    from runner import fingerprint
+
+    old, new = fingerprint.of(stored), fingerprint.of(config)
+    changed = {k: [old.get(k), new.get(k)] for k in PROJECTION_KEYS if old.get(k) != new.get(k)}
+    return changed or None
 
 
 def _finite(x):
@@ -74,7 +90,8 @@ def evaluate(run_dir, overrides=()) -> dict:
     Args:
         run_dir: a run directory (with .hydra/ and checkpoint/).
         overrides: Hydra overrides (sampler, final_rounds, seed, chunk_size, parallel, observables,
-            peak_search).
+            peak_search; model.symmetries / parity / momentum evaluate the trained parameters'
+            projection on a symmetry sector, "projection" in the result).
 
     Returns:
         The evaluation dict, also written to RUN_DIR/evaluation.json by process 0.
@@ -146,6 +163,7 @@ def evaluate(run_dir, overrides=()) -> dict:
         "processes": jax.process_count(),
         "devices": layout.n_devices,
         "overrides": list(overrides),
+        "projection": projection_change(trained.config, config),
         "peak_check": peak_check,  # runner.peaks.check (None after a full sum or with peak_search=0)
         **observed,  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
         "config_fingerprint": trained.meta.get("config_fingerprint"),
