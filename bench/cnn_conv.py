@@ -13,6 +13,7 @@ complex128 parameters, with the largest difference between the two formulations.
 
 import argparse
 import time
+from unittest import mock
 
 from runner import parallel
 
@@ -21,24 +22,17 @@ parallel.configure_runtime()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from models.cnn import CNN, neighbour_table  # noqa: E402
-from models.common import log_cosh  # noqa: E402
+from models import cnn  # noqa: E402
+from models.cnn import CNN  # noqa: E402
 from runner import hilbert as hb  # noqa: E402
 
 
 def gathered(model: CNN):
-    """log psi of `model`'s parameters with every convolution as a window gather and one product."""
-    lattice = model.hilbert
-    table = jnp.asarray(neighbour_table(lattice.shape, model.kernel_size, lattice.pbc))
-
+    """log psi of `model`'s parameters with every convolution as `models.cnn.gather_conv` (the
+    model traced with it in place of `grid_conv`; call under jit or grad, which trace here)."""
     def logpsi(params, sigma_xN):
-        x = sigma_xN.reshape(*sigma_xN.shape[:-1], len(table), lattice.n_basis).astype(params["readout"].dtype)
-        for layer in range(model.depth):
-            h = x if layer == 0 else log_cosh(x)
-            h = jnp.concatenate([h, jnp.zeros_like(h[..., :1, :])], axis=-2)
-            y = h[..., table, :].reshape(*h.shape[:-2], len(table), -1) @ params[f"kernel{layer}"] + params[f"bias{layer}"]
-            x = y if layer == 0 else x + y
-        return jnp.sum(log_cosh(x) @ params["readout"], axis=-1)
+        with mock.patch.object(cnn, "grid_conv", cnn.gather_conv):
+            return model.apply({"params": params}, sigma_xN)
     return logpsi
 
 

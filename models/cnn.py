@@ -29,6 +29,23 @@ def neighbour_table(shape: tuple, kernel_size: int, pbc: bool) -> np.ndarray:
     return np.where(inside | pbc, index, len(cells)).astype(np.int32)
 
 
+def windows(h, neighbours_CxK, n_dims: int):
+    """[..., *shape, K C_in]: every cell's kernel window of h [..., *shape, C_in] on an
+    `n_dims`-dimensional grid, cells by `neighbour_table` (its padding index: zeros)."""
+    lead, shape = h.shape[:h.ndim - n_dims - 1], h.shape[h.ndim - n_dims - 1:-1]
+    cells = h.reshape(*lead, -1, h.shape[-1])
+    cells = jnp.concatenate([cells, jnp.zeros_like(cells[..., :1, :])], axis=-2)
+    return cells[..., neighbours_CxK, :].reshape(*lead, *shape, -1)
+
+
+@functools.lru_cache(maxsize=None)
+def gather_conv(shape: tuple, kernel_size: int, pbc: bool):
+    """`grid_conv`'s convolution as the window gather and one product, derivatives by JAX: what
+    the CNN ran before `grid_conv` (bench/cnn_conv.py times the two)."""
+    neighbours_CxK = neighbour_table(shape, kernel_size, pbc)
+    return lambda h, kernel: windows(h, neighbours_CxK, len(shape)) @ kernel
+
+
 @functools.lru_cache(maxsize=None)
 def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
     """conv(h [..., *shape, C_in], kernel [K C_in, C_out]) -> [..., *shape, C_out], K = kernel_size^d,
@@ -55,13 +72,6 @@ def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
                                          (1,) * n, "VALID", dimension_numbers=numbers)
         return y.reshape(*lead, *shape, kernel.shape[-1])
 
-    def window(h):
-        """[..., *shape, K C_in]: every cell's kernel window (outside open boundaries: zeros)."""
-        lead = h.shape[:h.ndim - n - 1]
-        cells = h.reshape(*lead, -1, h.shape[-1])
-        cells = jnp.concatenate([cells, jnp.zeros_like(cells[..., :1, :])], axis=-2)
-        return cells[..., neighbours_CxK, :].reshape(*lead, *shape, -1)
-
     @jax.custom_jvp
     def conv(h, kernel):
         return xla_conv(h, kernel)
@@ -72,7 +82,7 @@ def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
         if not isinstance(dh, SymbolicZero):
             terms.append(xla_conv(dh, kernel))
         if not isinstance(dkernel, SymbolicZero):
-            terms.append(window(h) @ dkernel)
+            terms.append(windows(h, neighbours_CxK, n) @ dkernel)
         return xla_conv(h, kernel), functools.reduce(jnp.add, terms)
 
     conv.defjvp(conv_jvp, symbolic_zeros=True)
