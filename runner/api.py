@@ -198,22 +198,30 @@ class TrainedRun:
             value = observables.expect(obs, self._problem, self.params, sigma_CxTxN, w_CxT)[
                 observable if isinstance(observable, str) else "expression"]
             return Estimate(value["mean"], value["error"])
-        if "energy" not in self._statistics:
-            self._statistics["energy"] = _local_statistics(self._problem, self.hamiltonian)
-        stats = self._statistics["energy"](self.params, sigma_CxTxN, w_CxT)
+        T = sigma_CxTxN.shape[1]
+        if ("energy", T) not in self._statistics:
+            self._statistics["energy", T] = _energy_statistics(self._problem, T)
+        stats = self._statistics["energy", T](self.params, sigma_CxTxN, w_CxT)
         return Estimate(float(jax.numpy.real(stats.mean)), float(stats.error_of_mean))
 
 
-def _local_statistics(problem, op):
+def _energy_statistics(problem, T: int):
     """(params, sigma [C, T, N] of |psi|^2 or a full sum's, its weights [C, T] or None) -> Stats of
-    the local estimator of `op` (jitted)."""
+    E_loc (jitted), by the runner's own `vmc.local_energies`, at most as many samples at once as
+    the run's steps evaluated (its `chunk_size`, else its n_samples): any `n_samples` fits in the
+    memory the run needed."""
+    import dataclasses
+
     import jax
 
-    from runner import operators, stats, vmc
+    from runner import stats, vmc
 
-    e_loc = functools.partial(operators.local_energy, op, problem.logpsi, ratio_fn=vmc.ratio_of(problem.model))
-    per_sample = jax.vmap(jax.vmap(e_loc, in_axes=(None, 0)), in_axes=(None, 0))
-    return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(per_sample(params, sigma_CxTxN), w_CxT, True))
+    C = problem.sampler.n_chains
+    at_once = problem.chunk_per_chain or max(1, problem.sampler.n_samples // C)
+    per_chain = max(t for t in range(1, min(at_once, T) + 1) if T % t == 0)  # a divisor of T
+    chunked = dataclasses.replace(problem, chunk_size=per_chain * C)
+    return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(
+        vmc.local_energies(chunked, params, sigma_CxTxN), w_CxT, True))
 
 
 def load(run_dir) -> TrainedRun:

@@ -73,6 +73,20 @@ def test_expect_energy_agrees_with_the_summary(ising):
     assert abs(mean - summary["energy"]) < 4 * math.hypot(error, summary["energy_error"])
 
 
+def test_expect_energy_evaluates_as_many_samples_at_once_as_a_step(ising):
+    """expect(n) takes E_loc in blocks of the run's n_samples (memory of one step, not n / n_samples
+    times more): the same mean and error as E_loc of every sample at once."""
+    from runner import api, stats
+
+    run = runner.load(ising)
+    sigma_CxTxN = np.asarray(run.sample(4096)).reshape(8, 512, -1)
+    blocked = api._energy_statistics(run._problem, 512)(run.params, sigma_CxTxN, None)
+    whole = stats.statistics(jnp.asarray(run.local_energies(sigma_CxTxN.reshape(4096, -1)).reshape(8, 512)), None, True)
+    assert float(jnp.real(blocked.mean)) == pytest.approx(float(jnp.real(whole.mean)), rel=1e-12)
+    assert float(blocked.error_of_mean) == pytest.approx(float(whole.error_of_mean), rel=1e-9)
+    assert run._problem.sampler.n_samples == 512  # so 8 blocks of 64 samples per chain
+
+
 def exact_expectation(run, terms_on_sites, rotated_sites=()):
     """<psi|O|psi>/<psi|psi> with dense Kronecker products, psi in the user's basis: the model's
     amplitudes times prod_{i in rotated} s_i (undoing a Marshall rotation U = prod Z_i)."""
