@@ -16,7 +16,8 @@ odd ones: the same physics, sizes, seed, samples (16 chains, 5 discarded per cha
 (SGD 0.01) and SR diag_shift (0.01); NetKet's complex heis1d RBM is declared holomorphic (VMC +
 SR; VMC_SR has no holomorphic mode in 3.23). "NetKet at its best" is the faster of its two drivers
 (median over seeds). Both processes get the same process settings: this process's environment
-with vmc-runner's own `configure_runtime` applied (OPENBLAS_NUM_THREADS, XLA_FLAGS).
+with vmc-runner's own `configure_runtime` applied (OPENBLAS_NUM_THREADS, MALLOC_MMAP_MAX_,
+MALLOC_TRIM_THRESHOLD_, XLA_FLAGS).
 
 Time per iteration, both codes: the wall time of the steps after the first 10 divided by their
 number, with one synchronisation at each end of that interval. vmc-runner: metrics.jsonl
@@ -72,7 +73,8 @@ PEAK_WRAPPER = (
 def process_env(base=None) -> dict:
     """The environment of every timed process: `base` (default: this process's) with the
     process settings vmc-runner applies to itself (`runner.parallel.configure_runtime`:
-    OPENBLAS_NUM_THREADS, XLA:CPU's small-loop threshold in XLA_FLAGS) already applied.
+    OPENBLAS_NUM_THREADS, glibc's MALLOC_ settings, XLA:CPU's small-loop threshold in XLA_FLAGS)
+    already applied.
 
     The runner's own call then changes nothing (it only fills in what is unset), so vmc-runner
     and NetKet run under identical settings.

@@ -41,7 +41,8 @@ SMALL_LOOP_BYTES = 8_000_000
 # back to the kernel, so every step's large buffers (local energies of all connected
 # configurations, activations of the per-sample derivatives) are fresh pages that fault in
 # again. Allocating from the heap only, and keeping up to 1 GiB of freed heap, reuses them:
-# a 6 x 6 ViT step 0.38 s instead of 0.51 s, the same peak memory (docs/benchmarks.md).
+# a 6 x 6 ViT bench step 0.379 s instead of 0.460 s, its peak memory 1,041 MB instead of 968
+# (docs/benchmarks.md, "Deep models").
 MALLOC_SETTINGS = {"MALLOC_MMAP_MAX_": 0, "MALLOC_TRIM_THRESHOLD_": 1 << 30}
 _MALLOPT_PARAMS = {"MALLOC_MMAP_MAX_": -4, "MALLOC_TRIM_THRESHOLD_": -1}  # M_MMAP_MAX, M_TRIM_THRESHOLD
 
