@@ -154,6 +154,7 @@ def netket_main(argv):
     import numpy as np
 
     from netket_cases import _Timer, synchronize
+    from run import REPORTED_ENV
 
     hi, H, nn_edges = netket_problem()
     model = our_model(args.case)
@@ -191,9 +192,7 @@ def netket_main(argv):
         "final_energy": float(np.real(final.mean)), "final_energy_error": float(np.real(final.error_of_mean)),
         "energies": energies, "peak_rss_mb": peak_rss, "hamiltonian_check": hamiltonian_error,
         "solver": f"VMC_SR(use_ntk=True, on_the_fly={driver.on_the_fly}, mode={driver.mode})",
-        "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                               "XLA_FLAGS", "JAX_PLATFORMS", "MALLOC_MMAP_MAX_",
-                                               "MALLOC_TRIM_THRESHOLD_")},
+        "env": {k: os.environ.get(k) for k in REPORTED_ENV},
         "versions": {"netket": nk.__version__, "jax": jax.__version__},
     }), flush=True)
 

@@ -57,6 +57,7 @@ jax.config.update("jax_enable_x64", True)
 import netket as nk  # noqa: E402
 from netket.callbacks import AbstractCallback  # noqa: E402
 from netket.utils.struct import field  # noqa: E402
+from run import REPORTED_ENV  # noqa: E402  (bench/ is on sys.path)
 
 WARMUP = 10
 N_CHAINS = 16
@@ -294,9 +295,7 @@ def main(argv=None) -> int:
         },
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
-        "env": {k: os.environ.get(k) for k in (
-            "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "XLA_FLAGS", "JAX_PLATFORMS", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")},
+        "env": {k: os.environ.get(k) for k in REPORTED_ENV},
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
     }

@@ -70,6 +70,13 @@ PEAK_WRAPPER = (
 )
 
 
+# The environment variables a timed NetKet process reports (bench/netket_cases.py, bench/deep.py),
+# compared with ours by `process_settings`: they must include every variable `configure_runtime`
+# decides (tests/test_bench.py checks).
+REPORTED_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "XLA_FLAGS", "JAX_PLATFORMS",
+                "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
+
+
 def process_env(base=None) -> dict:
     """The environment of every timed process: `base` (default: this process's) with the
     process settings vmc-runner applies to itself (`runner.parallel.configure_runtime`:

@@ -91,6 +91,10 @@ def test_netket_and_vmc_runner_processes_get_the_same_settings(monkeypatch):
     assert "n_iter=20" in ours_cmd and "--n-iter=20" in nk_cmd and f"--warmup={bench.WARMUP}" in nk_cmd
 
 
+def test_netket_processes_report_every_setting_we_compare():
+    assert set(bench.process_settings({})) <= set(bench.REPORTED_ENV)
+
+
 def test_a_netket_run_under_other_settings_is_refused(monkeypatch, tmp_path):
     env = bench.process_env({"PATH": "/usr/bin"})
 
