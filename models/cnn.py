@@ -56,7 +56,10 @@ def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
     cell's window and multiplying on a 6 x 6 lattice: the sampler's and the local energies' cost).
     Its derivative by the kernel is the window gather and one matrix product instead: XLA's
     kernel gradient of a convolution, batched over samples for per-sample log-derivatives,
-    becomes a grouped convolution 50x slower than the product."""
+    becomes a grouped convolution 50x slower than the product. A complex64 convolution runs as
+    one real one on stacked real and imaginary parts (2 C_in -> 2 C_out channels): 2.3x faster
+    than XLA:CPU's complex64 one on a 6 x 6 lattice with 8 channels (for complex128 the stacked
+    form is 2.5x slower, so it keeps XLA's)."""
     n = len(shape)
     neighbours_CxK = neighbour_table(shape, kernel_size, pbc)
     spatial = "HWD"[:n]
@@ -64,13 +67,26 @@ def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
     padded_shape = tuple(e + kernel_size - 1 for e in shape)
     widths = [((kernel_size - 1) // 2, kernel_size // 2)] * n
 
-    def xla_conv(h, kernel):
+    def real_conv(h, kernel):
         lead = h.shape[:h.ndim - n - 1]
         h_pad = jnp.pad(h, [(0, 0)] * len(lead) + widths + [(0, 0)], mode="wrap" if pbc else "constant")
         y = jax.lax.conv_general_dilated(h_pad.reshape(-1, *padded_shape, h.shape[-1]),
                                          kernel.reshape(*(kernel_size,) * n, h.shape[-1], kernel.shape[-1]),
                                          (1,) * n, "VALID", dimension_numbers=numbers)
         return y.reshape(*lead, *shape, kernel.shape[-1])
+
+    def xla_conv(h, kernel):
+        """real_conv, complex64 through stacked real parts: [Re y, Im y] = [Re h, Im h] conv
+        [[Re k, Im k], [-Im k, Re k]]."""
+        if jnp.result_type(h, kernel) != jnp.complex64:
+            return real_conv(h, kernel)
+        h, kernel = h.astype(jnp.complex64), kernel.astype(jnp.complex64)
+        c_in, c_out = h.shape[-1], kernel.shape[-1]
+        k_re, k_im = (part.reshape(-1, 1, c_in, c_out) for part in (kernel.real, kernel.imag))
+        stacked = jnp.concatenate([jnp.concatenate([k_re, k_im], axis=3), jnp.concatenate([-k_im, k_re], axis=3)],
+                                  axis=2).reshape(-1, 2 * c_out)
+        y = real_conv(jnp.concatenate([h.real, h.imag], axis=-1), stacked)
+        return jax.lax.complex(y[..., :c_out], y[..., c_out:])
 
     @jax.custom_jvp
     def conv(h, kernel):

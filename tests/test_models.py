@@ -302,12 +302,14 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
 
 @pytest.mark.parametrize("shape,kernel_size,pbc", [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True),
                                                    ((2, 4), 5, True), ((4, 3), 2, False)])
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128, jnp.complex64])
 def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, dtype):
     """XLA's convolution of the padded grid equals the explicit sum over every cell's kernel
     window (`neighbour_table`, zeros outside open boundaries, wrapped more than once where the
     kernel is wider than the lattice), and its hand-made derivative (window products for the
-    kernel) equals finite differences, forward and reverse, also batched over samples."""
+    kernel) equals finite differences, forward and reverse, also batched over samples. complex64
+    (one real convolution of stacked real and imaginary parts) to its precision, its derivatives
+    against complex128's."""
     from jax.test_util import check_grads
 
     from models.cnn import grid_conv, neighbour_table
@@ -320,15 +322,29 @@ def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, 
         h, kernel = h + 1j * rng.normal(size=h.shape), kernel + 1j * rng.normal(size=kernel.shape)
     h, kernel = jnp.asarray(h, dtype), jnp.asarray(kernel, dtype)
     conv = grid_conv(shape, kernel_size, pbc)
+    tol = 1e-12 if jnp.finfo(dtype).bits == 64 else 2e-5
 
     table = neighbour_table(shape, kernel_size, pbc)
-    cells = np.concatenate([np.asarray(h).reshape(4, -1, c_in), np.zeros((4, 1, c_in))], axis=1)
-    expected = (cells[:, table, :].reshape(4, table.shape[0], -1) @ np.asarray(kernel)).reshape(4, *shape, c_out)
-    np.testing.assert_allclose(conv(h, kernel), expected, rtol=1e-12, atol=1e-12)
+    cells = np.concatenate([np.asarray(h, np.complex128).reshape(4, -1, c_in), np.zeros((4, 1, c_in))], axis=1)
+    expected = (cells[:, table, :].reshape(4, table.shape[0], -1) @ np.asarray(kernel, np.complex128)).reshape(
+        4, *shape, c_out)
+    assert conv(h, kernel).dtype == dtype
+    np.testing.assert_allclose(conv(h, kernel), expected, rtol=tol, atol=tol)
 
+    def per_sample_grad(conv_kernel, x):
+        return jax.vmap(jax.grad(lambda k, x: jnp.sum(jnp.real(conv(x, k)) * jnp.arange(c_out))),
+                        in_axes=(None, 0))(conv_kernel, x)
+
+    if dtype == jnp.complex64:
+        wide = (h.astype(jnp.complex128), kernel.astype(jnp.complex128))
+        tangents = (jnp.ones_like(h), 1j * jnp.ones_like(kernel))
+        np.testing.assert_allclose(jax.jvp(conv, (h, kernel), tangents)[1],
+                                   jax.jvp(conv, wide, tuple(t.astype(jnp.complex128) for t in tangents))[1],
+                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(per_sample_grad(kernel, h), per_sample_grad(wide[1], wide[0]), rtol=1e-4, atol=1e-4)
+        return
     check_grads(conv, (h, kernel), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
-    per_sample = jax.vmap(jax.grad(lambda k, x: jnp.sum(jnp.real(conv(x, k)) * jnp.arange(c_out))), in_axes=(None, 0))
-    batched = per_sample(kernel, h)
+    batched = per_sample_grad(kernel, h)
     for i in range(4):
         np.testing.assert_allclose(batched[i], jax.grad(
             lambda k: jnp.sum(jnp.real(conv(h[i:i + 1], k)) * jnp.arange(c_out)))(kernel), rtol=1e-12)
