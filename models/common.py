@@ -1,5 +1,7 @@
 """Shared pieces of the wavefunction models: dtype checks, initialisers, activations."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -44,6 +46,48 @@ def real_times(x, w):
     return jax.lax.complex(both[..., :m], both[..., m:])
 
 
+# sin and cos of one argument with one range reduction (x = k pi/2 + r, |r| <= pi/4) and the
+# minimax polynomials of Cephes' sinf/cosf and sin/cos on [-pi/4, pi/4]: XLA:CPU computes
+# jnp.sin and jnp.cos each with its own reduction, which made them most of a complex log cosh.
+_PIO2_F32 = (1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8)  # float32 parts of pi/2
+_PIO2_F64 = (1.57079632673412561417e0, 6.07710050650619224932e-11)        # fdlibm's pio2_1, pio2_1t
+_SIN_F32 = (-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)
+_COS_F32 = (4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5)
+_SIN_F64 = (-1.66666666666666307295e-1, 8.33333333332211858878e-3, -1.98412698295895385996e-4,
+            2.75573136213857245213e-6, -2.50507477628578072866e-8, 1.58962301576546568060e-10)
+_COS_F64 = (4.16666666666665929218e-2, -1.38888888888730564116e-3, 2.48015872888517045348e-5,
+            -2.75573141792967388112e-7, 2.08757008419747316778e-9, -1.13585365213876817300e-11)
+
+
+def _horner(z, coefficients):
+    out = jnp.zeros_like(z) + coefficients[-1]
+    for c in coefficients[-2::-1]:
+        out = out * z + c
+    return out
+
+
+def sincos(x):
+    """(sin x, cos x) of a real array, to about 1 ulp for |x| < 1e5 (float32: the reduction is
+    done in float64 under x64, so any |x| < 1e9) and 1e6 (float64)."""
+    k = jnp.round(x * (2 / math.pi))
+    if x.dtype == jnp.float32:
+        if jax.config.jax_enable_x64:
+            r = (x.astype(jnp.float64) - k.astype(jnp.float64) * (math.pi / 2)).astype(jnp.float32)
+        else:
+            r = x - k * _PIO2_F32[0] - k * _PIO2_F32[1] - k * _PIO2_F32[2]
+        sin_c, cos_c = _SIN_F32, _COS_F32
+    else:
+        r = x - k * _PIO2_F64[0] - k * _PIO2_F64[1]
+        sin_c, cos_c = _SIN_F64, _COS_F64
+    z = r * r
+    s = r + r * z * _horner(z, sin_c)
+    c = 1.0 - 0.5 * z + z * z * _horner(z, cos_c)
+    quadrant = k.astype(jnp.int32) & 3  # x = k pi/2 + r: sin x = s, c, -s, -c and cos x = c, -s, -c, s
+    sin = jnp.where(quadrant == 0, s, jnp.where(quadrant == 1, c, jnp.where(quadrant == 2, -s, -c)))
+    cos = jnp.where(quadrant == 0, c, jnp.where(quadrant == 1, -s, jnp.where(quadrant == 2, -c, s)))
+    return sin, cos
+
+
 def log_cosh(x):
     """log(cosh(x)) elementwise, stable for large |Re x| and holomorphic for complex x.
 
@@ -56,10 +100,16 @@ def log_cosh(x):
     s = jnp.where(jnp.real(x) < 0, -1.0, 1.0).astype(jnp.real(x).dtype)
     a, b = jnp.real(x) * s, jnp.imag(x) * s  # z = s x has Re z >= 0; w = exp(-2z), |w| <= 1
     e = jnp.exp(-2.0 * a)
-    w_re, w_im = e * jnp.cos(2.0 * b), -e * jnp.sin(2.0 * b)
-    # log(1 + w) = log1p(2 Re w + |w|^2) / 2 + i arg(1 + w)
-    real = a - jnp.log(2.0).astype(a.dtype) + 0.5 * jnp.log1p(2.0 * w_re + e * e)
-    return jax.lax.complex(real, b + jnp.arctan2(w_im, 1.0 + w_re))
+    sin_2b, cos_2b = sincos(2.0 * b)
+    w_re, w_im = e * cos_2b, -e * sin_2b
+    # log(1 + w) = log|1 + w|^2 / 2 + i arg(1 + w). |1 + w|^2 as a sum of squares: written
+    # 1 + 2 Re w + |w|^2 it rounds below 0 near the poles (complex64: NaN log psi within 14
+    # steps of a 6 x 6 CNN run). arg(1 + w) in (-pi/2, pi/2) as Re(1 + w) >= 0: an arctangent
+    # of the ratio (faster than arctan2), except at the pole w = -1.
+    den = 1.0 + w_re
+    real = a - jnp.log(2.0).astype(a.dtype) + 0.5 * jnp.log(den * den + w_im * w_im)
+    arg = jnp.where(den > 0, jnp.arctan(w_im / jnp.where(den > 0, den, 1.0)), jnp.arctan2(w_im, den))
+    return jax.lax.complex(real, b + arg)
 
 
 # --- Re log psi for the sampler: one logarithm per block instead of one per element --------
@@ -93,7 +143,7 @@ def sum_log_cosh_real_part(x_xM):
     a = jnp.abs(jnp.real(x_xM))
     e = jnp.exp(-2.0 * a)
     if jnp.iscomplexobj(x_xM):
-        f = 1.0 + e * (2.0 * jnp.cos(2.0 * jnp.imag(x_xM)) + e)
+        f = jnp.maximum(1.0 + e * (2.0 * jnp.cos(2.0 * jnp.imag(x_xM)) + e), 0.0)  # rounding near a pole
     else:
         f = (1.0 + e) ** 2
     return jnp.sum(a, axis=-1) - m * jnp.log(2.0).astype(a.dtype) + 0.5 * log_prod(f)
@@ -110,7 +160,8 @@ def sum_log_cosh(x_xM):
         return jnp.sum(log_cosh(x_xM), axis=-1)
     z = jnp.where(jnp.real(x_xM) < 0, -x_xM, x_xM)
     e = jnp.exp(-2.0 * jnp.real(z))
-    w = jax.lax.complex(e * jnp.cos(2.0 * jnp.imag(z)), -e * jnp.sin(2.0 * jnp.imag(z)))
+    sin_2b, cos_2b = sincos(2.0 * jnp.imag(z))
+    w = jax.lax.complex(e * cos_2b, -e * sin_2b)
     log2 = x_xM.shape[-1] * jnp.log(2.0).astype(e.dtype)
     return jnp.sum(z, axis=-1) - log2 + log_prod(1.0 + w)  # |1 + w| <= 2
 
