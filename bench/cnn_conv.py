@@ -7,8 +7,9 @@ model runs) against the formulation it replaced (every cell's kernel window gath
 
 Prints the time of log psi of `batch` configurations (36,864 = the 512 samples of
 experiment=j1j2_square_cnn times 72 connected configurations each), of one batch of 32 (a sampler
-step of 32 chains), and of the per-sample log-derivatives of 512 samples, for float64 and
-complex128 parameters, with the largest difference between the two formulations.
+step of 32 chains), and of the per-sample log-derivatives of 512 samples, for float64, complex128
+and complex64 parameters (complex64's convolution runs as one real one of stacked real and
+imaginary parts), with the largest difference between the two formulations.
 """
 
 import argparse
@@ -57,7 +58,7 @@ def main():
     sigma = sigma.astype(jnp.int8)
     print(f"{args.L} x {args.L} square lattice, CNN channels {args.channels}, depth {args.depth}, 3 x 3 kernels; "
           f"jax {jax.__version__}")
-    for dtype in (jnp.float64, jnp.complex128):
+    for dtype in (jnp.float64, jnp.complex128, jnp.complex64):
         model = CNN(channels=args.channels, depth=args.depth, param_dtype=dtype, hilbert=lattice)
         params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
         ways = {"grid_conv": lambda p, s: model.apply({"params": p}, s), "gather": gathered(model)}

@@ -236,4 +236,23 @@ def test_cnn_conv_bench_compares_the_two_formulations(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["cnn_conv.py", "--L", "2", "--channels", "2", "--depth", "1", "--batch", "64"])
     conv_bench.main()
     out = capsys.readouterr().out
-    assert out.count("grid_conv") == 2 and out.count("gather ") == 2
+    assert out.count("grid_conv") == 3 and out.count("gather ") == 3 and "complex64:" in out
+
+
+def test_step_parts_times_the_runner_step_on_its_own_samples(capsys):
+    """bench/step_parts.py: the four parts on a small config; the local energies it times are
+    those the energy and update and the whole step estimate the energy from."""
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("bench_step_parts", REPO / "bench" / "step_parts.py")
+    step_parts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_parts)
+    overrides = ["hilbert.L=8", "model.alpha=1", "sampler.n_samples=64", "sampler.n_chains=8"]
+    out = step_parts.parts(step_parts.experiment_of(overrides), repeat=1)
+    assert list(out) == ["draw", "local_energies", "energy_and_update", "vmc_step"]
+    assert all(ms > 0 for ms, _ in out.values())
+    energy = np.mean(np.asarray(out["local_energies"][1]))
+    np.testing.assert_allclose(out["energy_and_update"][1][0].mean, energy, rtol=1e-12)
+    np.testing.assert_allclose(out["vmc_step"][1][1]["energy"], energy, rtol=1e-12)
+    step_parts.main(["--repeat", "1", *overrides])
+    assert capsys.readouterr().out.count(" ms") == 4

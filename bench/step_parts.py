@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""Where one VMC step's time goes, for any config: the sampler's draw, the local energies, the
+energy and update (local energies, log-derivatives and the preconditioner's solve) and the whole
+step, each jitted alone and timed on the run's initial state:
+
+    python bench/step_parts.py experiment=j1j2_square_cnn sampler.n_chains=128 [--repeat 5]
+
+Arguments are Hydra overrides of the runner's config (as for `python -m runner`). Each part is
+run once to compile, then `--repeat` times; the mean wall time of those is printed in ms. The
+parts overlap (the step contains all of them), so they do not add up to the step. The runner's
+own process settings apply (`runner.parallel.configure_runtime`).
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from runner import parallel
+
+parallel.configure_runtime()
+
+import jax  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def experiment_of(overrides):
+    """The runner's Experiment for `overrides`, its devices initialised."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from runner import build
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("config", overrides=overrides)
+    experiment = build.build(OmegaConf.to_container(cfg, resolve=True))
+    parallel.initialize(experiment.parallel, experiment.x64)
+    return experiment
+
+
+def mean_ms(fn, *args, repeat):
+    """fn(*args) compiled by a first call, then the mean of `repeat` calls, in ms; and its output."""
+    out = jax.block_until_ready(fn(*args))
+    start = time.perf_counter()
+    for _ in range(repeat):
+        out = jax.block_until_ready(fn(*args))
+    return (time.perf_counter() - start) / repeat * 1e3, out
+
+
+def parts(experiment, repeat: int) -> dict:
+    """{part: (ms, its output)} for the draw, local energies, energy and update, and the whole step."""
+    from runner import app, vmc
+
+    problem = experiment.problem
+    layout = parallel.make_mesh(experiment.parallel["backend"])
+    state, _ = app._place_state(problem, experiment.settings, layout)
+    out = {"draw": mean_ms(jax.jit(lambda params, chains: vmc.draw(problem, params, chains)),
+                           state.params, state.chains, repeat=repeat)}
+    _, sigma, weights, _ = out["draw"][1]
+    out["local_energies"] = mean_ms(jax.jit(lambda params, s: vmc.local_energies(problem, params, s)),
+                                    state.params, sigma, repeat=repeat)
+    out["energy_and_update"] = mean_ms(
+        jax.jit(lambda params, s, w, solver: vmc.energy_and_update(problem, params, s, solver, 0, w)),
+        state.params, sigma, weights, state.solver, repeat=repeat)
+    out["vmc_step"] = mean_ms(jax.jit(lambda st: vmc.vmc_step(problem, st)), state, repeat=repeat)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args, overrides = parser.parse_known_args(argv)
+    experiment = experiment_of(overrides)
+    print(f"{' '.join(overrides)}: jax {jax.__version__}, {jax.device_count()} device(s)")
+    for name, (ms, _) in parts(experiment, args.repeat).items():
+        print(f"  {name:18s} {ms:9.1f} ms")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
