@@ -88,6 +88,13 @@ def sincos(x):
     return sin, cos
 
 
+def _exp_minus_2z(a, b):
+    """(Re w, Im w) of w = exp(-2 (a + i b)), sin and cos of 2b from one `sincos`."""
+    e = jnp.exp(-2.0 * a)
+    sin_2b, cos_2b = sincos(2.0 * b)
+    return e * cos_2b, -e * sin_2b
+
+
 def log_cosh(x):
     """log(cosh(x)) elementwise, stable for large |Re x| and holomorphic for complex x.
 
@@ -99,9 +106,7 @@ def log_cosh(x):
         return x + jnp.log1p(jnp.exp(-2.0 * x)) - jnp.log(2.0).astype(x.dtype)
     s = jnp.where(jnp.real(x) < 0, -1.0, 1.0).astype(jnp.real(x).dtype)
     a, b = jnp.real(x) * s, jnp.imag(x) * s  # z = s x has Re z >= 0; w = exp(-2z), |w| <= 1
-    e = jnp.exp(-2.0 * a)
-    sin_2b, cos_2b = sincos(2.0 * b)
-    w_re, w_im = e * cos_2b, -e * sin_2b
+    w_re, w_im = _exp_minus_2z(a, b)
     # log(1 + w) = log|1 + w|^2 / 2 + i arg(1 + w). |1 + w|^2 as a sum of squares: written
     # 1 + 2 Re w + |w|^2 it rounds below 0 near the poles (complex64: NaN log psi within 14
     # steps of a 6 x 6 CNN run). arg(1 + w) in (-pi/2, pi/2) as Re(1 + w) >= 0: an arctangent
@@ -159,10 +164,8 @@ def sum_log_cosh(x_xM):
     if not jnp.iscomplexobj(x_xM):
         return jnp.sum(log_cosh(x_xM), axis=-1)
     z = jnp.where(jnp.real(x_xM) < 0, -x_xM, x_xM)
-    e = jnp.exp(-2.0 * jnp.real(z))
-    sin_2b, cos_2b = sincos(2.0 * jnp.imag(z))
-    w = jax.lax.complex(e * cos_2b, -e * sin_2b)
-    log2 = x_xM.shape[-1] * jnp.log(2.0).astype(e.dtype)
+    w = jax.lax.complex(*_exp_minus_2z(jnp.real(z), jnp.imag(z)))
+    log2 = x_xM.shape[-1] * jnp.log(2.0).astype(w.real.dtype)
     return jnp.sum(z, axis=-1) - log2 + log_prod(1.0 + w)  # |1 + w| <= 2
 
 
