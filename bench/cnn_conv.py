@@ -13,7 +13,8 @@ imaginary parts), with the largest difference between the two formulations.
 """
 
 import argparse
-import time
+import sys
+from pathlib import Path
 from unittest import mock
 
 from runner import parallel
@@ -27,6 +28,9 @@ from models import cnn  # noqa: E402
 from models.cnn import CNN  # noqa: E402
 from runner import hilbert as hb  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import seconds  # noqa: E402
+
 
 def gathered(model: CNN):
     """log psi of `model`'s parameters with every convolution as `models.cnn.gather_conv` (the
@@ -35,14 +39,6 @@ def gathered(model: CNN):
         with mock.patch.object(cnn, "grid_conv", cnn.gather_conv):
             return model.apply({"params": params}, sigma_xN)
     return logpsi
-
-
-def seconds(fn, *args, repeat=3):
-    jax.block_until_ready(fn(*args))
-    start = time.perf_counter()
-    for _ in range(repeat):
-        out = jax.block_until_ready(fn(*args))
-    return (time.perf_counter() - start) / repeat, out
 
 
 def main():

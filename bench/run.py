@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -153,20 +154,39 @@ def case_n_iter(case, n_iter=None):
     return n_iter or int(next(o for o in CASES[case] if o.startswith("n_iter=")).split("=")[1])
 
 
-@functools.cache
-def experiment(case):
-    """vmc-runner's experiment for a case (Hilbert space, Hamiltonian, model), as the runs build it."""
+def composed_experiment(overrides):
+    """vmc-runner's Experiment for Hydra `overrides` of its config, built as `python -m runner`
+    builds it (touches no device)."""
     sys.path.insert(0, str(REPO))
-    import jax
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     from runner.build import build
 
-    jax.config.update("jax_enable_x64", True)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[*CASES[case], *COMMON])
+        cfg = compose(config_name="config", overrides=list(overrides))
     return build(OmegaConf.to_container(cfg, resolve=True))
+
+
+@functools.cache
+def experiment(case):
+    """vmc-runner's experiment for a case (Hilbert space, Hamiltonian, model), as the runs build it."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    return composed_experiment([*CASES[case], *COMMON])
+
+
+def seconds(fn, *args, repeat=3):
+    """fn(*args) run once (to compile), then the mean wall time of `repeat` calls in seconds, and
+    the last output: the in-process timing of bench/cnn_conv.py and bench/step_parts.py."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    start = time.perf_counter()
+    for _ in range(repeat):
+        out = jax.block_until_ready(fn(*args))
+    return (time.perf_counter() - start) / repeat, out
 
 
 def our_final_params(case, run_dir):

@@ -13,7 +13,6 @@ own process settings apply (`runner.parallel.configure_runtime`).
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from runner import parallel
@@ -22,30 +21,21 @@ parallel.configure_runtime()
 
 import jax  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import composed_experiment, seconds  # noqa: E402
 
 
 def experiment_of(overrides):
     """The runner's Experiment for `overrides`, its devices initialised."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from runner import build
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        cfg = compose("config", overrides=overrides)
-    experiment = build.build(OmegaConf.to_container(cfg, resolve=True))
+    experiment = composed_experiment(overrides)
     parallel.initialize(experiment.parallel, experiment.x64)
     return experiment
 
 
 def mean_ms(fn, *args, repeat):
-    """fn(*args) compiled by a first call, then the mean of `repeat` calls, in ms; and its output."""
-    out = jax.block_until_ready(fn(*args))
-    start = time.perf_counter()
-    for _ in range(repeat):
-        out = jax.block_until_ready(fn(*args))
-    return (time.perf_counter() - start) / repeat * 1e3, out
+    """`bench/run.py seconds` in ms: (mean of `repeat` calls after one to compile, the output)."""
+    t, out = seconds(fn, *args, repeat=repeat)
+    return t * 1e3, out
 
 
 def parts(experiment, repeat: int) -> dict:
