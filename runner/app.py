@@ -482,10 +482,20 @@ def _checkpoint_meta(settings, step):
     return {"step": step, "seed": settings.seed, "config_fingerprint": fingerprint.record(settings.fingerprint)}
 
 
+def _non_finite_reason(metrics, step) -> str:
+    """Why a step's estimate is unusable: its energy is not finite, else its variance or error."""
+    energy = float(metrics["energy"])
+    if not math.isfinite(energy):
+        return f"energy is {energy} at step {step}"
+    spread = ", ".join(f"{k} {float(metrics[k])}" for k in ("variance", "energy_error")
+                       if k in metrics and not math.isfinite(float(metrics[k])))
+    return f"energy is {energy:.6g} with {spread} at step {step}"
+
+
 def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, restart=None):
     """Steps from `start` to `n_iter`, logging metrics and checkpointing.
 
-    Stops early on a non-finite energy ("failed", the state of the last step is dropped)
+    Stops early on a non-finite energy, variance or error ("failed", the state of the last step is dropped)
     or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
     the current step). With `restart` ((state, step) -> (state, metrics), `_chain_restarter`),
     the state after every `peak_restart_every`-th step is restarted before the next step and
@@ -525,8 +535,9 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, resta
             if step + 1 < settings.n_iter:
                 pending = step_fn(new_state)
         metrics_log.append(record)
-        if record["energy"] is None:
-            status, reason = "failed", f"energy is {float(metrics['energy'])} at step {step}"
+        if any(k in record and record[k] is None for k in ("energy", "energy_error", "variance")):
+            # a finite mean of local energies whose variance overflowed is no energy either
+            status, reason = "failed", _non_finite_reason(metrics, step)
             kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
                     else "no checkpoint was written (the run starts over when run again)")
             log.error("%s; stopping, %s", reason, kept)

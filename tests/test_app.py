@@ -454,3 +454,29 @@ def test_header_says_which_evaluation_paths_the_model_takes():
 
     assert _paths(RBM(alpha=1)) == "the model's fast paths: local ratios, Metropolis cache, Jacobian products"
     assert _paths(MLP(hidden=(4,))).startswith("generic paths")
+
+
+def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, caplog):
+    """A 6x6 probe's step 129 had E = 1.2e15 with an overflowed variance (null in metrics.jsonl): the
+    run must stop as on a NaN energy, not go on (it crashed formatting the progress bar)."""
+    import types
+
+    import numpy as np
+
+    from runner import app
+    from runner.preemption import StopRequest
+
+    good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
+            "acceptance": np.float32(0.5)}
+    bad = {**good, "energy": np.float32(1.2e15), "energy_error": np.float32(np.inf), "variance": np.float32(np.inf)}
+    steps = iter([good, good, bad, good])
+    settings = types.SimpleNamespace(n_iter=4, checkpoint_every=10, peak_restart_every=0)
+    metrics_log = app.MetricsLog(tmp_path / "metrics.jsonl", 0, started=time.perf_counter())
+    with StopRequest() as stop, caplog.at_level("INFO", logger="runner.app"):
+        state, status, reason, _ = app._optimize(lambda s: (s + 1, next(steps)), 0, 0, settings, tmp_path,
+                                                 metrics_log, stop)
+    assert (state, status) == (2, "failed")  # the state after the bad step is dropped
+    assert reason == "energy is 1.2e+15 with variance inf, energy_error inf at step 2"
+    assert "no checkpoint was written" in caplog.text
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["variance"] for r in records] == [1.0, 1.0, None]
