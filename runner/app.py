@@ -482,14 +482,22 @@ def _checkpoint_meta(settings, step):
     return {"step": step, "seed": settings.seed, "config_fingerprint": fingerprint.record(settings.fingerprint)}
 
 
-def _non_finite_reason(metrics, step) -> str:
-    """Why a step's estimate is unusable: its energy is not finite, else its variance or error."""
-    energy = float(metrics["energy"])
-    if not math.isfinite(energy):
-        return f"energy is {energy} at step {step}"
-    spread = ", ".join(f"{k} {float(metrics[k])}" for k in ("variance", "energy_error")
-                       if k in metrics and not math.isfinite(float(metrics[k])))
-    return f"energy is {energy:.6g} with {spread} at step {step}"
+# a step whose energy, or its variance or error bar, is not finite (None in its record) stops the run:
+# a finite mean of local energies whose variance overflowed is no energy either
+GUARDED = ("energy", "variance", "energy_error")
+
+
+def _unusable(record) -> list:
+    """The `GUARDED` keys of a metrics record that `_finite` made None."""
+    return [k for k in GUARDED if k in record and record[k] is None]
+
+
+def _non_finite_reason(metrics, unusable, step) -> str:
+    """Why a step's estimate is unusable, from its raw `metrics` and `_unusable` keys."""
+    if "energy" in unusable:
+        return f"energy is {float(metrics['energy'])} at step {step}"
+    spread = ", ".join(f"{k} {float(metrics[k])}" for k in unusable)
+    return f"energy is {float(metrics['energy']):.6g} with {spread} at step {step}"
 
 
 def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, restart=None):
@@ -529,15 +537,15 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, resta
         record = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
         record["wall_time"] = metrics_log.elapsed()
         record = observables.keep_measured(record)  # obs/ fields only at the steps that measured
-        if restart_now and record["energy"] is not None:
+        unusable = _unusable(record)
+        if restart_now and not unusable:
             new_state, found = restart(new_state, step + 1)
             record.update(found)
             if step + 1 < settings.n_iter:
                 pending = step_fn(new_state)
         metrics_log.append(record)
-        if any(k in record and record[k] is None for k in ("energy", "energy_error", "variance")):
-            # a finite mean of local energies whose variance overflowed is no energy either
-            status, reason = "failed", _non_finite_reason(metrics, step)
+        if unusable:
+            status, reason = "failed", _non_finite_reason(metrics, unusable, step)
             kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
                     else "no checkpoint was written (the run starts over when run again)")
             log.error("%s; stopping, %s", reason, kept)
