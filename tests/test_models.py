@@ -7,7 +7,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from models import MLP, RBM, Jastrow
-from models.common import LOG_PROD_BLOCK, log_cosh, sincos, sum_log_cosh, sum_log_cosh_real_part
+from models.common import LOG_PROD_BLOCK, log_cosh, log_cosh_series, sincos, sum_log_cosh, sum_log_cosh_real_part
 from runner.errors import ConfigError
 
 DTYPES = [jnp.float64, jnp.float32, jnp.complex128, jnp.complex64]
@@ -62,6 +62,14 @@ def test_log_cosh_is_stable_and_exact():
     assert np.all(np.isfinite(log_cosh(x)))
     z = jnp.array([0.3 + 0.7j, -2.0 + 0.1j])
     np.testing.assert_allclose(log_cosh(z), np.log(np.cosh(np.asarray(z))), rtol=1e-12)
+
+
+def test_log_cosh_series_is_log_cosh_to_sixth_order():
+    """The series agrees with log cosh up to its first omitted term, 17 x^8 / 2520."""
+    z = jnp.asarray([0.05, -0.1 + 0.07j, 0.2j, 0.3 - 0.3j], jnp.complex128)
+    gap = np.abs(np.asarray(log_cosh_series(z)) - np.log(np.cosh(np.asarray(z))))
+    assert np.all(gap <= 1.1 * 17 / 2520 * np.abs(np.asarray(z)) ** 8 + 1e-16)
+    assert not np.all(gap == 0)
 
 
 @pytest.mark.parametrize("m", [7, 36, 2 * LOG_PROD_BLOCK + 3])
@@ -142,6 +150,8 @@ LATTICE_MODELS = {
     "rbm_symm_square_parity": (lambda: hb.square(3), lambda h, d: RBMSymm(alpha=1, parity=1, param_dtype=d, hilbert=h)),
     "cnn_chain": (lambda: hb.chain(6), lambda h, d: CNN(channels=3, depth=2, param_dtype=d, hilbert=h)),
     "cnn_square": (lambda: hb.square(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
+    "cnn_square_series": (lambda: hb.square(3), lambda h, d: CNN(channels=2, depth=3, activation="log_cosh_series",
+                                                                 param_dtype=d, hilbert=h)),
     "cnn_triangular": (lambda: hb.triangular(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
     "cnn_square_projected_parity": (lambda: hb.square(3), lambda h, d: CNN(
         channels=2, depth=1, symmetries="translations", parity=-1, param_dtype=d, hilbert=h)),
@@ -153,7 +163,7 @@ LATTICE_MODELS = {
 }
 # Models whose log psi is invariant under every lattice translation (a ViT only under whole
 # patches unless projected; the momentum model picks up a phase, checked separately).
-INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular",
+INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_square_series", "cnn_triangular",
              "cnn_square_projected_parity", "vit_square", "vit_chain_projected"]
 
 
