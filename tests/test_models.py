@@ -280,6 +280,7 @@ def test_force_matches_exact_gradient(name, dtype):
     "make,key",
     [(lambda h: RBMSymm(alpha=1.5, hilbert=h), "alpha"), (lambda h: CNN(depth=0, hilbert=h), "depth"),
      (lambda h: CNN(symmetries="rotations", hilbert=h), "symmetries"), (lambda h: CNN(parity=2, hilbert=h), "parity"),
+     (lambda h: CNN(activation="tanh", hilbert=h), "activation"),
      (lambda h: RBMSymm(group="rotations", hilbert=h), "group"),
      (lambda h: ViT(patch_size=1, momentum=[1], hilbert=h), "momentum"),
      (lambda h: ViT(patch_size=1, symmetries="translations", momentum=[1, 0], hilbert=h), "momentum"),
