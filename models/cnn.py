@@ -157,10 +157,7 @@ class CNN(nn.Module):
         conv = grid_conv(lattice.shape, self.kernel_size, lattice.pbc)
         x = sigma_xN.reshape(*sigma_xN.shape[:-1], *lattice.shape, lattice.n_basis).astype(self.param_dtype)
         n_window = self.kernel_size ** n
-        f = activation(self.activation)
-        # The series grows as x^6: at full scale a 3-layer CNN starts with |log psi| ~ 1e16 on
-        # 6 x 6; at half scale the pre-activations stay where it follows log cosh (|x| <~ 1).
-        gain = 0.5 if self.activation == "log_cosh_series" else 1.0
+        f, gain = activation(self.activation)
         for layer in range(self.depth):
             h = x if layer == 0 else f(x)
             kernel = self.param(f"kernel{layer}", normal(gain / math.sqrt(n_window * h.shape[-1])),

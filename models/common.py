@@ -1,11 +1,12 @@
 """Shared pieces of the wavefunction models: dtype checks, initialisers, activations."""
 
 import math
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, require_choice
 
 PARAM_DTYPES = ("float64", "float32", "complex128", "complex64")
 
@@ -127,14 +128,21 @@ def log_cosh_series(x):
     return z * (0.5 + z * (-1.0 / 12.0 + z * (1.0 / 45.0)))
 
 
-ACTIVATIONS = {"log_cosh": log_cosh, "log_cosh_series": log_cosh_series}
+class Activation(NamedTuple):
+    f: Callable
+    """The elementwise nonlinearity."""
+    init_gain: float
+    """Weights start at init_gain / sqrt(fan-in). The series grows as x^6: at gain 1 a 3-layer
+    CNN starts with |log psi| ~ 1e16 on 6 x 6; at 0.5 its pre-activations stay where it follows
+    log cosh (|x| <~ 1)."""
 
 
-def activation(name: str):
-    """The elementwise activation called `name` (a key of ACTIVATIONS), else a ConfigError."""
-    if name not in ACTIVATIONS:
-        raise ConfigError("activation", f"must be one of {', '.join(ACTIVATIONS)} (got {name!r})")
-    return ACTIVATIONS[name]
+ACTIVATIONS = {"log_cosh": Activation(log_cosh, 1.0), "log_cosh_series": Activation(log_cosh_series, 0.5)}
+
+
+def activation(name: str) -> Activation:
+    """The activation called `name` (a key of ACTIVATIONS), else a ConfigError."""
+    return ACTIVATIONS[require_choice("activation", name, ACTIVATIONS)]
 
 
 # --- Re log psi for the sampler: one logarithm per block instead of one per element --------
