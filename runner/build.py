@@ -16,7 +16,7 @@ from runner.errors import ConfigError, require_bool, require_choice, require_int
 from runner.hilbert import Hilbert
 from runner.operators import Hamiltonian
 from runner.sampler import FullSumSampler, MetropolisSampler, symmetry_group, training_power
-from runner.vmc import Problem
+from runner.vmc import Problem, schedule_counts
 from runner import peaks
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
@@ -231,6 +231,11 @@ def _with_schedule(config: dict, group: str, key: str):
     return {**node, key: schedule}, schedule
 
 
+def _schedule_counts(optimizer) -> list:
+    """`vmc.schedule_counts` of the optimizer's state, from shapes only (no device)."""
+    return schedule_counts(jax.eval_shape(optimizer.init, {"w": jax.ShapeDtypeStruct((2,), jnp.float32)}))
+
+
 def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
     """{"hilbert": hilbert} for a model whose constructor takes the lattice, else {}."""
     target = node.get("_target_")
@@ -280,9 +285,10 @@ def build(config: dict, sweep_job=None) -> Experiment:
     reject = config.get("reject_jump")
     if reject is not None:
         require_number("reject_jump", reject, positive=True)
-        if learning_rate is not None:
-            raise ConfigError("reject_jump", "must be null with a learning-rate schedule (a rejected step takes the "
-                                             "optimizer back, and with it the count the schedule reads)")
+        if learning_rate is not None and len(_schedule_counts(optimizer)) != 1:
+            raise ConfigError("reject_jump", "must be null with a learning-rate schedule that optax does not count in "
+                                             "one ScaleByScheduleState (a rejected step takes the optimizer back, "
+                                             "and the runner must read the count its schedule reads)")
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
                       None if clip is None else float(clip), None if reject is None else float(reject))
     observed = observables.build(config.get("observables"), hilbert, hamiltonian)

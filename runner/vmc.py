@@ -67,8 +67,8 @@ class Problem:
             absolute deviations from their median are pulled back onto that distance
             (`stats.clip_outliers`); None: no clipping. The energy statistics use the raw values.
         learning_rate: the optimizer's learning-rate schedule (a function of the step, which
-            optax reads from its own count, equal to the VMC step), reported in the metrics;
-            None when the learning rate is a number.
+            optax reads from its own count: the VMC step, less two per step undone by
+            `reject_jump`), reported in the metrics; None when the learning rate is a number.
         reject_jump: k: a step whose samples estimate the energy more than k combined error
             bars above the last accepted step's estimate is undone (`vmc_step`); None: off.
     """
@@ -531,7 +531,7 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
     stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step,
                                                    w_CxT)
     if problem.learning_rate is not None:  # a schedule: the value this step's update uses, for the metrics
-        info = {**info, "learning_rate": problem.learning_rate(state.step)}
+        info = {**info, "learning_rate": problem.learning_rate(schedule_step(state))}
     if w_CxT is not None and not sums_exactly(problem):
         info = {**info, "ess_fraction": effective_sample_fraction(w_CxT)}
     observed = observe(state.params, sigma_CxTxN, w_CxT, state.step) if observe is not None else {}
@@ -573,6 +573,21 @@ def _guarded(k, state: VMCState, new_state: VMCState, stats):
                                     opt_state=pick(guard.opt_state, new_state.opt_state),
                                     solver=pick(guard.solver, new_state.solver), guard=pick(rejected, accepted))
     return next_state, {"rejected": jump.astype(jnp.int32), "step_scale": guard.scale}
+
+
+def schedule_counts(opt_state) -> list:
+    """The counts of the optax schedules in an optimizer state (`optax.ScaleByScheduleState`, what
+    `optax.sgd(learning_rate=schedule)` and its kin keep): the step each schedule reads next."""
+    is_schedule = lambda x: isinstance(x, optax.ScaleByScheduleState)  # noqa: E731
+    return [x.count for x in jax.tree_util.tree_leaves(opt_state, is_leaf=is_schedule) if is_schedule(x)]
+
+
+def schedule_step(state: VMCState):
+    """The step the learning-rate schedule reads at this state: its optimizer's one schedule count
+    (behind the VMC step by two for each step `reject_jump` undid, which took the optimizer back),
+    else the VMC step."""
+    counts = schedule_counts(state.opt_state)
+    return counts[0] if len(counts) == 1 else state.step
 
 
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):

@@ -6,6 +6,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from runner import app, parallel
@@ -99,11 +100,37 @@ def test_a_run_with_rejections_is_identical_on_every_layout_and_resumes_exactly(
     assert_identical_runs(tmp_path / "resumed", tmp_path / "devices1")
 
 
+SCHEDULE = "{_target_:optax.linear_schedule,init_value:0.02,end_value:0.002,transition_steps:12}"
+
+
+def test_a_schedule_reads_the_count_the_rejections_took_back(tmp_path):
+    """With a learning-rate schedule, a rejected step takes the optimizer, and with it the count its
+    schedule reads, back to where the last accepted step started: the schedule reads the VMC step
+    less two per rejection (the undone update and the dropped one), and the logged learning rate
+    follows that count, step by step."""
+    experiment = build(compose_config([*CASE, "n_iter=12", "reject_jump=0.05", f"optimizer.learning_rate={SCHEDULE}"]))
+    app.execute(experiment, parallel.make_mesh("single"), tmp_path / "run")
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert 0 < sum(r["rejected"] for r in records) < len(records)
+    schedule = optax.linear_schedule(0.02, 0.002, 12)
+    count, started, expected = 0, 0, []  # the count at this step and at the start of the one before
+    for record in records:
+        expected.append(float(schedule(count)))
+        count, started = (started if record["rejected"] else count + 1), count
+    assert count == len(records) - 2 * sum(r["rejected"] for r in records)
+    np.testing.assert_allclose([r["learning_rate"] for r in records], expected, rtol=1e-6)
+
+
+def two_schedules(learning_rate):
+    """An optimizer with two optax schedule counts (the runner cannot tell which one is the learning rate's)."""
+    return optax.chain(optax.sgd(learning_rate), optax.scale_by_schedule(lambda count: 1.0))
+
+
 @pytest.mark.parametrize("override, message", [
     (["reject_jump=0"], "must be a positive number"),
     (["reject_jump=-1"], "must be a positive number"),
-    (["reject_jump=3", "optimizer.learning_rate={_target_:optax.linear_schedule,init_value:0.01,end_value:0.001,"
-      "transition_steps:10}"], "learning-rate schedule"),
+    (["reject_jump=3", f"optimizer.learning_rate={SCHEDULE}", "optimizer._target_=tests.test_guard.two_schedules"],
+     "one ScaleByScheduleState"),
     (["reject_jump=3", "sampler=full_sum"], "full_sum"),
 ])
 def test_refused_at_build(override, message):
