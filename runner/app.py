@@ -503,7 +503,8 @@ def _non_finite_reason(metrics, unusable, step) -> str:
 def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, restart=None):
     """Steps from `start` to `n_iter`, logging metrics and checkpointing.
 
-    Stops early on a non-finite energy, variance or error ("failed", the state of the last step is dropped)
+    Stops early on a non-finite energy, variance or error ("failed", the state of the last step is dropped;
+    not on a step that `reject_jump` rejected, whose parameters are dropped anyway)
     or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
     the current step). With `restart` ((state, step) -> (state, metrics), `_chain_restarter`),
     the state after every `peak_restart_every`-th step is restarted before the next step and
@@ -538,13 +539,15 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, resta
         record["wall_time"] = metrics_log.elapsed()
         record = observables.keep_measured(record)  # obs/ fields only at the steps that measured
         unusable = _unusable(record)
-        if restart_now and not unusable:
+        # reject_jump undid a step whose estimate is unusable: the next step measures the kept state
+        failed = bool(unusable) and not record.get("rejected")
+        if restart_now and not failed:
             new_state, found = restart(new_state, step + 1)
             record.update(found)
             if step + 1 < settings.n_iter:
                 pending = step_fn(new_state)
         metrics_log.append(record)
-        if unusable:
+        if failed:
             status, reason = "failed", _non_finite_reason(metrics, unusable, step)
             kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
                     else "no checkpoint was written (the run starts over when run again)")
@@ -552,10 +555,15 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, resta
             break
         state = new_state
         bar.update(1)
-        bar.set_postfix_str(f"E={record['energy']:.6f}±{record['energy_error']:.1e} acc={record['acceptance']:.2f}")
-        if (step + 1) % log_every == 0:
-            log.info("step %d  E = %.8f ± %.2e  var %.3e  acc %.2f", step + 1, record["energy"],
-                     record["energy_error"], record["variance"], record["acceptance"])
+        if unusable:
+            log.warning("%s; rejected (reject_jump): the next step measures the kept parameters again",
+                        _non_finite_reason(metrics, unusable, step))
+        else:
+            bar.set_postfix_str(f"E={record['energy']:.6f}±{record['energy_error']:.1e} "
+                                f"acc={record['acceptance']:.2f}")
+            if (step + 1) % log_every == 0:
+                log.info("step %d  E = %.8f ± %.2e  var %.3e  acc %.2f", step + 1, record["energy"],
+                         record["energy_error"], record["variance"], record["acceptance"])
         if step + 1 == settings.n_iter:
             break
         if stop.requested():

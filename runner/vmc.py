@@ -549,7 +549,7 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
 def _guarded(k, state: VMCState, new_state: VMCState, stats):
     """(the next state, metrics) with `Problem.reject_jump` = k. The step's samples come from
     state.params, which the last accepted step produced; if their energy estimate lies more than
-    k combined error bars above that step's, state.params is rejected: the next state goes back
+    k combined error bars above that step's, or is not finite, state.params is rejected: the next state goes back
     to the parameters, optimizer and preconditioner states that step started from, and the
     next update is scaled by half (each accepted step doubles the factor again, up to 1). A
     jump of the energy is what a step that moved the state's weight onto configurations no
@@ -557,7 +557,8 @@ def _guarded(k, state: VMCState, new_state: VMCState, stats):
     such a step before it is taken.
 
     The step after a rejection measures the kept parameters again, from the chains where they
-    are; it is never rejected, and its estimate becomes the reference: a jump there is the
+    are; it is never rejected, and its estimate becomes the reference: a jump there (or an
+    estimate that is not finite, which then stops the run) is the
     samples finding something the kept state already had (a 6 x 6 run's chains found a
     configuration holding nearly all of |psi|^2 at E_loc = +60 only after the per-step
     estimates had said -71.6), which going further back would not mend. Every decision reads
@@ -565,7 +566,9 @@ def _guarded(k, state: VMCState, new_state: VMCState, stats):
     guard = state.guard
     energy, error = jnp.real(stats.mean).astype(guard.energy.dtype), stats.error_of_mean.astype(guard.error.dtype)
     remeasured = guard.scale < 1  # the last step was rejected: state.params is the kept state
-    jump = ~remeasured & (energy - guard.energy > k * jnp.sqrt(error**2 + guard.error**2))
+    # an estimate that is not finite (energy, error bar or variance: what stops a run) is a jump too
+    usable = jnp.isfinite(energy) & jnp.isfinite(error) & jnp.isfinite(stats.variance)
+    jump = ~remeasured & (~usable | (energy - guard.energy > k * jnp.sqrt(error**2 + guard.error**2)))
     accepted = Guard(state.params, state.opt_state, state.solver, energy, error, jnp.minimum(1.0, 2.0 * guard.scale))
     rejected = guard._replace(scale=guard.scale / 2)
     pick = lambda a, b: jax.tree_util.tree_map(lambda x, y: jnp.where(jump, x, y), a, b)  # noqa: E731

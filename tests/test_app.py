@@ -480,3 +480,31 @@ def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, capl
     assert "no checkpoint was written" in caplog.text
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["variance"] for r in records] == [1.0, 1.0, None]
+
+
+def test_a_rejected_step_with_a_non_finite_variance_does_not_stop_the_run(tmp_path, caplog):
+    """A step that reject_jump rejected is dropped anyway: its unusable estimate is logged (null in
+    metrics.jsonl) and the run goes on; an unusable step the guard kept stops it as before."""
+    import types
+
+    import numpy as np
+
+    from runner import app
+    from runner.preemption import StopRequest
+
+    good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
+            "acceptance": np.float32(0.5), "rejected": np.int32(0)}
+    rejected = {**good, "energy": np.float32(-0.5), "variance": np.float32(np.inf), "rejected": np.int32(1)}
+    kept = {**rejected, "rejected": np.int32(0)}
+    settings = types.SimpleNamespace(n_iter=4, checkpoint_every=10, peak_restart_every=0)
+    for name, steps, expected in [("rejected", [good, rejected, good, good], (4, "completed")),
+                                  ("kept", [good, kept, good, good], (1, "failed"))]:
+        metrics_log = app.MetricsLog(tmp_path / f"{name}.jsonl", 0, started=time.perf_counter())
+        feed = iter(steps)
+        with StopRequest() as stop, caplog.at_level("INFO", logger="runner.app"):
+            state, status, reason, _ = app._optimize(lambda s: (s + 1, next(feed)), 0, 0, settings, tmp_path,
+                                                     metrics_log, stop)
+        assert (state, status) == expected, name
+        records = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        assert records[1]["variance"] is None
+    assert "energy is -0.5 with variance inf at step 1; rejected (reject_jump)" in caplog.text

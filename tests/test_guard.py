@@ -12,7 +12,8 @@ import pytest
 from runner import app, parallel
 from runner.build import build
 from runner.errors import ConfigError
-from runner.vmc import init_state, vmc_step
+from runner.stats import Stats
+from runner.vmc import _guarded, init_state, vmc_step
 from tests.test_config import compose_config
 from tests.test_parallel import assert_identical_runs, energies, execute_on_devices
 
@@ -68,6 +69,26 @@ def test_a_jump_is_undone_and_the_next_update_halved():
     for h, f, p in zip(_leaves(halved.params), _leaves(full.params), _leaves(back.params), strict=True):
         np.testing.assert_allclose(h - p, (f - p) / 2, rtol=1e-12, atol=1e-15)
     assert float(halved.guard.scale) == 1.0
+
+
+@pytest.mark.parametrize("energy, error, variance", [
+    (np.nan, 0.1, 1.0), (-1.0, np.inf, 1.0), (-1.0, 0.1, np.inf), (np.inf, np.inf, np.inf)])
+def test_an_estimate_that_is_not_finite_is_a_jump(energy, error, variance):
+    """A step whose energy, error bar or variance is not finite (a 6 x 6 run's step 572: E = -37.6
+    +- 1.4 with an overflowed variance) is rejected like a jump, unless it measures the kept state
+    again after a rejection (the run then stops on it)."""
+    problem = _problem("reject_jump=3")
+    state = init_state(problem, 0, jnp.ones((8,), jnp.int8))
+    state = state._replace(guard=state.guard._replace(energy=jnp.float64(-1.0), error=jnp.float64(0.1)))
+    stats = Stats(jnp.float64(energy), jnp.float64(error), jnp.float64(variance), jnp.float64(0.0), jnp.float64(1.0))
+    moved = state._replace(params=jax.tree_util.tree_map(lambda x: x + 1, state.params))
+    _, guarded = _guarded(3.0, state, moved, stats)
+    assert int(guarded["rejected"]) == 1
+    remeasuring = state._replace(guard=state.guard._replace(scale=jnp.float64(0.5)))
+    _, guarded = _guarded(3.0, remeasuring, moved, stats)
+    assert int(guarded["rejected"]) == 0
+    fine = Stats(jnp.float64(-1.1), jnp.float64(0.1), jnp.float64(1.0), jnp.float64(0.0), jnp.float64(1.0))
+    assert int(_guarded(3.0, state, moved, fine)[1]["rejected"]) == 0
 
 
 def test_without_a_jump_the_guard_changes_no_bit(tmp_path):
