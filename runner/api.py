@@ -31,6 +31,8 @@ class TrainedRun:
         import jax
         import jax.numpy as jnp
 
+        from runner.vmc import final_burn_in
+
         self.run_dir = trained.run_dir
         self.config = trained.config
         experiment = trained.experiment
@@ -40,6 +42,7 @@ class TrainedRun:
         self.params = jax.tree_util.tree_map(jnp.asarray, trained.state.params)
         self.step = int(trained.meta["step"])
         self._chains = jax.tree_util.tree_map(jnp.asarray, trained.state.chains)
+        self._burn_in_sweeps = final_burn_in(self.sampler)  # before the first draw (`_draw`)
         self._log_psi = jax.jit(self._problem.logpsi)
         self._statistics, self._samplers = {}, {}
         self._run_observables = experiment.observables
@@ -126,11 +129,17 @@ class TrainedRun:
         return dataclasses.replace(self.sampler, n_samples=int(n))
 
     def _draw(self, n: int):
-        """sigma [C, n / C, N], continuing the run's chains (each call gives new samples)."""
+        """sigma [C, n / C, N], continuing the run's chains (each call gives new samples; the first
+        after the run's final burn-in, `runner.vmc.final_burn_in`)."""
         import jax
 
+        from runner import vmc
         from runner.sampler import sample
 
+        if self._burn_in_sweeps:  # chains that sampled |psi|^p in training: the run's final burn-in first
+            sweeps, self._burn_in_sweeps = self._burn_in_sweeps, 0
+            state = vmc.VMCState(self.params, None, self._chains, None, None)
+            self._chains = jax.jit(lambda s: vmc.burn_in(self._problem, s, sweeps))(state).chains
         if n not in self._samplers:  # one compiled sampler per sample count
             self._samplers[n] = jax.jit(functools.partial(sample, self._sampler(n), self._problem.amplitude))
         self._chains, sigma_CxTxN, _ = self._samplers[n](self.params, self._chains)

@@ -25,7 +25,7 @@ from runner.exact import ground_energy, wants_exact
 from runner.plot import plot_energy
 from runner.preemption import StopRequest, exit_status
 from runner.sampler import ExactSampler, FullSumSampler
-from runner.vmc import estimate, full_sum_invariance_error, init_state, vmc_step
+from runner.vmc import burn_in, estimate, final_burn_in, full_sum_invariance_error, init_state, vmc_step
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +376,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
         if status == "completed":
             _save(run_dir, state, _checkpoint_meta(settings, settings.n_iter))
             if experiment.observables is None:
-                est = jax.jit(functools.partial(estimate, problem, n_rounds=settings.final_rounds),
+                est = jax.jit(_burnt_in(problem, functools.partial(estimate, problem, n_rounds=settings.final_rounds)),
                               in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
                 final = {k: _finite(v) for k, v in parallel.to_host(est(state)[1]).items()}
             else:
@@ -390,6 +390,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
                            time.perf_counter() - wall_start, metrics_log.records)
         summary["reason"] = reason
         summary["peak_check"] = peak_check
+        summary["final_burn_in"] = final_burn_in(problem.sampler) if status == "completed" else None
         summary.update(observed[0] if observed else {})
         fingerprint.stamp(summary, settings.fingerprint)
         # judged on completed runs only: a stopped run has no final estimate to judge
@@ -413,6 +414,13 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
     return summary
 
 
+def _burnt_in(problem, estimate_fn):
+    """`estimate_fn` (state -> (chains, metrics)) after the final estimate's burn-in
+    (`runner.vmc.final_burn_in`: chains that sampled |psi|^p, p != 2, in training)."""
+    sweeps = final_burn_in(problem.sampler)
+    return lambda state: estimate_fn(burn_in(problem, state, sweeps))
+
+
 def _estimate_with_observables(experiment, state, shardings, layout):
     """The final energy and the observables from the same fresh samples.
 
@@ -420,7 +428,8 @@ def _estimate_with_observables(experiment, state, shardings, layout):
         (final energy metrics, (summary fields, correlations.json)).
     """
     problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
-    est = jax.jit(functools.partial(observables.estimate, problem, obs, n_rounds=settings.final_rounds),
+    fn = functools.partial(observables.estimate, problem, obs, n_rounds=settings.final_rounds)
+    est = jax.jit(_burnt_in(problem, fn),
                   in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
     energy, measured = parallel.to_host(est(state)[1])
     n_per_chain = settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains

@@ -85,7 +85,9 @@ def evaluate(run_dir, overrides=()) -> dict:
     Samples `final_rounds` rounds of `sampler.n_samples` with the (overridden) sampler on the
     (overridden) parallel backend. The checkpoint's chains are continued when the number of
     chains and the seed are the run's (with the run's own settings this reproduces its final
-    estimate exactly); otherwise fresh chains start from `seed`.
+    estimate exactly, its burn-in included: `runner.vmc.final_burn_in`); otherwise fresh chains start
+    from `seed`. Fresh chains, and the run's chains under a projected model, first discard
+    `runner.vmc.BURN_IN_SWEEPS` sweeps ("burn_in_sweeps" in the result).
 
     Args:
         run_dir: a run directory (with .hydra/ and checkpoint/).
@@ -103,8 +105,8 @@ def evaluate(run_dir, overrides=()) -> dict:
     import numpy as np
 
     from runner import observables, parallel
-    from runner.sampler import init_chains
-    from runner.vmc import estimate, full_sum_invariance_error
+    from runner.sampler import MetropolisSampler, init_chains
+    from runner.vmc import BURN_IN_SWEEPS, burn_in, estimate, final_burn_in, full_sum_invariance_error
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
@@ -124,13 +126,18 @@ def evaluate(run_dir, overrides=()) -> dict:
     continued = problem.sampler.n_chains == run_sampler.n_chains and settings.seed == trained.experiment.settings.seed
     if not continued:
         state = state._replace(chains=jax.tree_util.tree_map(np.asarray, init_chains(problem.sampler, settings.seed)))
+    projection = projection_change(trained.config, config)
+    # Burn-in: the run's own (its final estimate again) when the chains still sample what they did; a
+    # full one for fresh chains, or for the run's chains under a projected model.
+    sweeps = final_burn_in(run_sampler) if continued and projection is None else BURN_IN_SWEEPS
     shardings = parallel.shard_state(state, layout)
     obs = experiment.observables
     if obs is None:
         fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
     else:  # the energy and the observables from the same samples, as a run's final estimate
         fn = functools.partial(observables.estimate, problem, obs, n_rounds=settings.final_rounds)
-    est = jax.jit(fn, in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
+    est = jax.jit(lambda s: fn(burn_in(problem, s, sweeps)), in_shardings=(shardings,),
+                  out_shardings=(shardings.chains, layout.replicated))
     out = parallel.to_host(est(parallel.from_host(state, shardings))[1])
     metrics, observed = (out, {}) if obs is None else (out[0], observables.results(
         obs, out[1], settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains)[0])
@@ -163,7 +170,8 @@ def evaluate(run_dir, overrides=()) -> dict:
         "processes": jax.process_count(),
         "devices": layout.n_devices,
         "overrides": list(overrides),
-        "projection": projection_change(trained.config, config),
+        "projection": projection,
+        "burn_in_sweeps": sweeps if isinstance(problem.sampler, MetropolisSampler) else 0,
         "peak_check": peak_check,  # runner.peaks.check (None after a full sum or with peak_search=0)
         **observed,  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
         "config_fingerprint": trained.meta.get("config_fingerprint"),

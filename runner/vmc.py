@@ -21,8 +21,8 @@ from models import fast_paths
 from runner import operators
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
-from runner.sampler import (Amplitude, ChainState, FullSumSampler, full_sum_weights, importance_weights, init_chains,
-                            plain_amplitude, sample, symmetry_group, training_power)
+from runner.sampler import (Amplitude, ChainState, FullSumSampler, MetropolisSampler, full_sum_weights,
+                            importance_weights, init_chains, plain_amplitude, sample, symmetry_group, training_power)
 from runner.stats import (chain_max, chain_mean, chain_sum, clip_outliers, effective_sample_fraction, statistics,
                           weighted_chain_sums, weighted_mean)
 
@@ -591,6 +591,35 @@ def schedule_step(state: VMCState):
     else the VMC step."""
     counts = schedule_counts(state.opt_state)
     return counts[0] if len(counts) == 1 else state.step
+
+
+BURN_IN_SWEEPS = 16
+"""Sweeps per chain an estimate discards first when its chains were sampling another distribution
+than |psi|^2 of the parameters it estimates (`final_burn_in`, `runner.evaluate`)."""
+
+
+def final_burn_in(sampler) -> int:
+    """Sweeps a run's final estimate discards before its rounds: `BURN_IN_SWEEPS` after training on
+    samples of |psi|^p, p != 2 (the chains then sample |psi|^p, and the estimate |psi|^2), else
+    none (the chains already sample |psi|^2, of parameters one step older)."""
+    return BURN_IN_SWEEPS if training_power(sampler) != 2.0 else 0
+
+
+def burn_in(problem: Problem, state: VMCState, sweeps: int) -> VMCState:
+    """`state` with its Markov chains advanced `sweeps` sweeps of |psi|^2 at `state.params`, the
+    configurations discarded; unchanged for `sweeps` 0 or a sampler without chains (exact, full sum).
+
+    On two 6 x 6 CNNs trained on samples of |psi| (machine_pow 1, 128 chains), the first 8 sweeps
+    of |psi|^2 after the switch gave local energies 0.034 and 0.038 above those of sweeps 17-48 on
+    average (12 switches each, about 2 error bars; the unweighted mean over the samples of |psi|
+    is 1.4 and 1.9 above): a final estimate of 32 sweeps per chain started there reads about 0.01
+    high."""
+    sampler = problem.sampler
+    if sweeps == 0 or not isinstance(sampler, MetropolisSampler):
+        return state
+    burn = dataclasses.replace(sampler, n_samples=sampler.n_chains, n_discard_per_chain=sweeps - 1)
+    chains, _, _ = sample(burn, problem.amplitude, state.params, state.chains)
+    return state._replace(chains=chains)
 
 
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):

@@ -15,7 +15,7 @@ from runner import sampler as smp
 from runner import stats
 from runner.build import build
 from runner.errors import ConfigError
-from runner.vmc import Problem, VMCState, draw, energy_and_update, estimate
+from runner.vmc import BURN_IN_SWEEPS, Problem, VMCState, burn_in, draw, energy_and_update, estimate, final_burn_in
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 from tests.test_gradients import _exact_weighted, _setup
@@ -85,6 +85,40 @@ def test_estimates_sample_psi_squared_whatever_the_training_power():
         out.append(jax.jit(lambda s: estimate(problem, s, 2)[1])(state))
     for key in out[0]:
         np.testing.assert_array_equal(out[0][key], out[1][key], err_msg=key)
+
+
+def test_burn_in_takes_chains_from_anywhere_to_psi_squared():
+    """`vmc.burn_in`: 8,192 chains started in the least likely configuration are, after
+    `BURN_IN_SWEEPS` sweeps, distributed as the dense |psi|^2 (total variation within sampling
+    noise); with 0 sweeps, and for a sampler without chains, nothing moves."""
+    lattice, ham, model, states, params, _ = _setup("rbm_real", seed=2)
+    p = np.exp(2 * np.real(np.asarray(model.apply({"params": params}, states))))
+    p /= p.sum()
+    sampler = smp.metropolis_local(lattice, n_samples=16384, n_chains=8192)
+    problem = Problem(ham, model, sampler, optax.sgd(0.1), precond.none())
+    chains = smp.init_chains(sampler, 0)
+    chains = chains._replace(sigma_CxN=jnp.broadcast_to(states[np.argmin(p)], chains.sigma_CxN.shape))
+    state = VMCState(params, None, chains, jnp.zeros((), jnp.int32), None)
+
+    def total_variation(sigma_CxN):
+        index = ((np.asarray(sigma_CxN) < 0) * 2 ** np.arange(lattice.n_sites)[::-1]).sum(axis=1)
+        codes = ((np.asarray(states) < 0) * 2 ** np.arange(lattice.n_sites)[::-1]).sum(axis=1)
+        counts = np.array([np.sum(index == c) for c in codes]) / len(index)
+        return 0.5 * np.abs(counts - p).sum()
+
+    burnt = jax.jit(lambda s: burn_in(problem, s, BURN_IN_SWEEPS))(state)
+    assert total_variation(state.chains.sigma_CxN) > 0.9
+    assert total_variation(burnt.chains.sigma_CxN) < 0.05  # the noise of 8,192 draws: about 0.03
+    assert burn_in(problem, state, 0) is state
+    exact_problem = Problem(ham, model, smp.exact(lattice, n_samples=16384, n_chains=8192), optax.sgd(0.1),
+                            precond.none())
+    assert burn_in(exact_problem, state, BURN_IN_SWEEPS) is state
+
+
+def test_final_burn_in_only_after_training_on_another_power():
+    lattice = _setup("rbm_real")[0]
+    assert final_burn_in(smp.metropolis_local(lattice, machine_pow=2)) == 0
+    assert final_burn_in(smp.metropolis_local(lattice, machine_pow=1)) == BURN_IN_SWEEPS
 
 
 def _metrics(run_dir):
