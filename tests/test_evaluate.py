@@ -47,7 +47,22 @@ def test_the_run_settings_reproduce_the_final_estimate_exactly(run):
         assert result[key] == summary[key], key
     assert result["peak_check"]["method"] == "exhaustive"
     assert result["chains"] == "checkpoint" and result["step"] == 20 and result["total_samples"] == 512
+    assert result["burn_in_sweeps"] == 0 and summary["final_burn_in"] == 0  # trained on |psi|^2: no switch
     assert summary_bytes(run) == before
+
+
+def test_a_reweighted_run_burns_in_and_its_evaluation_reproduces_it(tmp_path):
+    """Trained on samples of |psi| (machine_pow 1): the final estimate discards 16 sweeps per chain
+    before sampling |psi|^2, and the evaluation with the run's settings does the same (the same
+    numbers)."""
+    run_dir = tmp_path / "run"
+    run_cli([*RUN, "sampler.machine_pow=1", "n_iter=10", f"hydra.run.dir={run_dir}"], REPO, check=True)
+    summary = json.loads(summary_bytes(run_dir))
+    assert summary["final_burn_in"] == 16
+    result = evaluated(run_dir, [])
+    assert result["burn_in_sweeps"] == 16 and result["chains"] == "checkpoint"
+    for key in ("energy", "energy_error", "variance"):
+        assert result[key] == summary[key], key
 
 
 def test_more_samples_agree_within_error_bars_and_leave_the_summary(run):
@@ -72,7 +87,7 @@ def test_sharded_evaluation_equals_single_device(run):
 def test_another_seed_draws_fresh_chains_and_observables_on_request(run):
     result = evaluated(run, [*MORE, "seed=7", "observables=spin"])
     summary = json.loads(summary_bytes(run))
-    assert result["chains"] == "fresh (seed 7)"
+    assert result["chains"] == "fresh (seed 7)" and result["burn_in_sweeps"] == 16
     assert abs(result["energy"] - summary["energy"]) < 4 * math.hypot(result["energy_error"], summary["energy_error"])
     mx = result["observables"]["magnetization_x"]
     assert 0 < mx["mean"] <= 1 and mx["error"] > 0  # TFIM at h=1: polarised along +x
@@ -120,6 +135,7 @@ def test_the_symmetry_projection_of_the_trained_parameters_is_evaluated_exactly(
     run_cli([*RUN, "model=rbm_symm", "n_iter=10", f"hydra.run.dir={run_dir}"], REPO, check=True)
     result = evaluated(run_dir, ["sampler=full_sum", "model.symmetries=lattice", "model.parity=1"])
     assert result["projection"] == {"model.symmetries": ["none", "lattice"], "model.parity": [None, 1]}
+    assert result["burn_in_sweeps"] == 0  # a full sum has no chains
 
     trained = runner.load(run_dir)
     n = 8
