@@ -44,6 +44,17 @@ def test_error_matches_spread_of_means():
     np.testing.assert_allclose(np.std(means), np.mean(errors), rtol=0.3)
 
 
+def test_many_short_chains_keep_their_autocorrelation():
+    """128 chains of 32 samples (a final estimate's shape): tau and the error bar from the scatter
+    of the mean over repeated experiments, not shrunk by each chain's own mean."""
+    rho = 0.5  # tau = 1
+    stats = [statistics(jnp.asarray(_ar1(rho, 128, 32, seed))) for seed in range(40)]
+    taus = [float(s.tau_corr) for s in stats]
+    assert 0.8 < np.mean(taus) < 1.2
+    means, errors = [float(s.mean) for s in stats], [float(s.error_of_mean) for s in stats]
+    np.testing.assert_allclose(np.std(means), np.mean(errors), rtol=0.3)
+
+
 def test_r_hat_detects_unmixed_chains():
     x = np.random.default_rng(1).standard_normal((8, 256))
     x[:4] += 3.0
