@@ -105,8 +105,8 @@ def evaluate(run_dir, overrides=()) -> dict:
     import numpy as np
 
     from runner import observables, parallel
-    from runner.sampler import MetropolisSampler, init_chains
-    from runner.vmc import BURN_IN_SWEEPS, burn_in, estimate, final_burn_in, full_sum_invariance_error
+    from runner.sampler import init_chains
+    from runner.vmc import BURN_IN_SWEEPS, burn_in, burn_in_sweeps, estimate, final_burn_in, full_sum_invariance_error
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
@@ -129,7 +129,8 @@ def evaluate(run_dir, overrides=()) -> dict:
     projection = projection_change(trained.config, config)
     # Burn-in: the run's own (its final estimate again) when the chains still sample what they did; a
     # full one for fresh chains, or for the run's chains under a projected model.
-    sweeps = final_burn_in(run_sampler) if continued and projection is None else BURN_IN_SWEEPS
+    sweeps = burn_in_sweeps(problem.sampler,
+                            final_burn_in(run_sampler) if continued and projection is None else BURN_IN_SWEEPS)
     shardings = parallel.shard_state(state, layout)
     obs = experiment.observables
     if obs is None:
@@ -171,7 +172,7 @@ def evaluate(run_dir, overrides=()) -> dict:
         "devices": layout.n_devices,
         "overrides": list(overrides),
         "projection": projection,
-        "burn_in_sweeps": sweeps if isinstance(problem.sampler, MetropolisSampler) else 0,
+        "burn_in_sweeps": sweeps,
         "peak_check": peak_check,  # runner.peaks.check (None after a full sum or with peak_search=0)
         **observed,  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
         "config_fingerprint": trained.meta.get("config_fingerprint"),

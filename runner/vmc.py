@@ -598,11 +598,17 @@ BURN_IN_SWEEPS = 16
 than |psi|^2 of the parameters it estimates (`final_burn_in`, `runner.evaluate`)."""
 
 
+def burn_in_sweeps(sampler, sweeps: int) -> int:
+    """The sweeps `burn_in` runs when asked for `sweeps`: none for a sampler without Markov chains
+    (exact draws, a full sum)."""
+    return sweeps if isinstance(sampler, MetropolisSampler) else 0
+
+
 def final_burn_in(sampler) -> int:
     """Sweeps a run's final estimate discards before its rounds: `BURN_IN_SWEEPS` after training on
     samples of |psi|^p, p != 2 (the chains then sample |psi|^p, and the estimate |psi|^2), else
-    none (the chains already sample |psi|^2, of parameters one step older)."""
-    return BURN_IN_SWEEPS if training_power(sampler) != 2.0 else 0
+    none (the chains already sample |psi|^2, of parameters one step older; or there are none)."""
+    return burn_in_sweeps(sampler, BURN_IN_SWEEPS if training_power(sampler) != 2.0 else 0)
 
 
 def burn_in(problem: Problem, state: VMCState, sweeps: int) -> VMCState:
@@ -614,8 +620,8 @@ def burn_in(problem: Problem, state: VMCState, sweeps: int) -> VMCState:
     average (12 switches each, about 2 error bars; the unweighted mean over the samples of |psi|
     is 1.4 and 1.9 above): a final estimate of 32 sweeps per chain started there reads about 0.01
     high."""
-    sampler = problem.sampler
-    if sweeps == 0 or not isinstance(sampler, MetropolisSampler):
+    sampler, sweeps = problem.sampler, burn_in_sweeps(problem.sampler, sweeps)
+    if sweeps == 0:
         return state
     burn = dataclasses.replace(sampler, n_samples=sampler.n_chains, n_discard_per_chain=sweeps - 1)
     chains, _, _ = sample(burn, problem.amplitude, state.params, state.chains)

@@ -119,6 +119,7 @@ def test_final_burn_in_only_after_training_on_another_power():
     lattice = _setup("rbm_real")[0]
     assert final_burn_in(smp.metropolis_local(lattice, machine_pow=2)) == 0
     assert final_burn_in(smp.metropolis_local(lattice, machine_pow=1)) == BURN_IN_SWEEPS
+    assert final_burn_in(smp.exact(lattice, machine_pow=1)) == 0  # independent draws: no chains to burn in
 
 
 def _metrics(run_dir):
