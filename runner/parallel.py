@@ -13,6 +13,7 @@ import sys
 import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -37,6 +38,11 @@ class DistributedInitError(RuntimeError):
 # step on 16 chains is a few microseconds of arithmetic, so per-operation dispatch dominated
 # it: with the limit raised, a 6x6 RBM step takes 1.8 us instead of 2.8 us.
 SMALL_LOOP_BYTES = 8_000_000
+# A convolution inside such a kernel runs through XLA's own emitted loops instead of its
+# convolution library: a 6x6 CNN's Metropolis draw on 16 chains took 209 ms instead of 153, on
+# 64 complex64 chains 3,315 ms instead of 404 (docs/benchmarks.md, "Loops with convolutions").
+# XLA leaves a loop that contains a custom call out of that compilation, so a model with
+# convolutions ties each of its evaluations to one (`outside_loop_kernels`).
 # glibc malloc hands a freed block above its mmap threshold (128 kB, rising to at most 32 MB)
 # back to the kernel, so every step's large buffers (local energies of all connected
 # configurations, activations of the per-sample derivatives) are fresh pages that fault in
@@ -62,6 +68,27 @@ def configure_runtime():
     if "xla_backend_extra_options" not in flags:
         option = f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold={SMALL_LOOP_BYTES}"
         os.environ["XLA_FLAGS"] = f"{flags} {option}".strip()
+
+
+def outside_loop_kernels(value, anchor):
+    """`value`, unchanged, tied to a LAPACK call that keeps XLA:CPU from compiling any loop
+    around it into a single kernel (`SMALL_LOOP_BYTES`): such a loop stays operation by
+    operation, its convolutions in XLA's convolution library. A no-op on other backends.
+
+    Args:
+        value: an array of batch shape B (e.g. log psi of configurations [*B, N]).
+        anchor: an array of shape B that varies inside the loop (e.g. each configuration's
+            first spin), so the call cannot be moved out of it; its values are only squared.
+
+    Returns:
+        `value`, bit for bit: the call is a Cholesky factor of 1 + a^2 >= 1 per element a of
+        `anchor`, which is always positive, selecting `value` (NaN otherwise, never taken).
+    """
+    if jax.default_backend() != "cpu":
+        return value
+    a = jax.lax.stop_gradient(anchor).astype(np.float32)
+    positive = jax.lax.linalg.cholesky((1 + a * a)[..., None, None])[..., 0, 0] > 0
+    return jnp.where(positive, value, np.nan)
 
 
 def _tune_malloc():

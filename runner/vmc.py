@@ -18,7 +18,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from models import fast_paths
-from runner import operators
+from runner import operators, parallel
 from runner.operators import Hamiltonian, local_energy
 from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
 from runner.sampler import (Amplitude, ChainState, FullSumSampler, MetropolisSampler, full_sum_weights,
@@ -84,7 +84,7 @@ class Problem:
     reject_jump: float | None = None
 
     def logpsi(self, params, sigma_xN):
-        return self.model.apply({"params": params}, sigma_xN)
+        return apply_model(self.model, params, sigma_xN)
 
     @property
     def amplitude(self) -> Amplitude:
@@ -97,6 +97,43 @@ class Problem:
         return max(1, self.chunk_size // self.sampler.n_chains)
 
 
+def apply_model(model, params, sigma_xN, method: str = "__call__"):
+    """The model's `method` (log psi by default) of configurations [..., N]: every evaluation of
+    a model by the core goes through here. A model with convolutions has each evaluation kept out
+    of XLA:CPU's single-kernel loops (`parallel.outside_loop_kernels`), where they run slowly."""
+    out = model.apply({"params": params}, sigma_xN, method=method)
+    if has_convolution(model, method, sigma_xN.shape[-1]):
+        out = parallel.outside_loop_kernels(out, sigma_xN[..., 0])
+    return out
+
+
+@functools.cache
+def has_convolution(model, method: str, n_sites: int) -> bool:
+    """Whether the model's `method` on N sites runs a convolution (read from its jaxpr: abstract,
+    no device touched)."""
+    def evaluate():
+        sigma = jnp.ones((1, n_sites), jnp.int8)
+        return model.apply(model.init(jax.random.PRNGKey(0), sigma), sigma, method=method)
+
+    return _has_primitive(jax.make_jaxpr(evaluate)().jaxpr, "conv_general_dilated")
+
+
+def _has_primitive(jaxpr, name: str) -> bool:
+    """Whether `name` is among the primitives of `jaxpr` or of any jaxpr inside it."""
+    def inner(value):
+        if hasattr(value, "eqns"):  # a Jaxpr
+            return [value]
+        if hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):  # a ClosedJaxpr
+            return [value.jaxpr]
+        if isinstance(value, (tuple, list)):
+            return [j for v in value for j in inner(v)]
+        return []
+
+    return any(eqn.primitive.name == name or any(_has_primitive(j, name) for v in eqn.params.values()
+                                                 for j in inner(v))
+               for eqn in jaxpr.eqns)
+
+
 def amplitude_of(model) -> Amplitude:
     """What the sampler evaluates for a model: its own cached updates when its class declares
     the `SamplerCache` fast path (the RBM's, O(K M) per move of K spins), else a plain
@@ -105,9 +142,7 @@ def amplitude_of(model) -> Amplitude:
     if paths is not None and paths.amplitude is not None:
         return Amplitude(*paths.amplitude)
     method = fast_paths.log_abs_method(model)
-    return plain_amplitude(
-        lambda params, sigma: jnp.real(model.apply({"params": params}, sigma, method=method))
-    )
+    return plain_amplitude(lambda params, sigma: jnp.real(apply_model(model, params, sigma, method)))
 
 
 def ratio_of(model):

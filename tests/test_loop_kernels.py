@@ -1,0 +1,110 @@
+"""XLA:CPU's single-kernel loops (`runner.parallel.SMALL_LOOP_BYTES`) never hold a convolution:
+a model with convolutions has every evaluation tied to `parallel.outside_loop_kernels`, which
+changes no number."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from runner import hilbert as hb
+from runner import parallel, vmc
+from runner import sampler as smp
+
+LATTICE = hb.square(4, total_sz=0)
+
+
+def _computations(hlo: str) -> dict:
+    """{computation name: its text} of a compiled module's HLO text."""
+    out, name = {}, None
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head:
+            name = head.group(1)
+            out[name] = []
+        elif name is not None:
+            out[name].append(line)
+    return {k: "\n".join(v) for k, v in out.items()}
+
+
+def _reached(computations: dict, name: str) -> set:
+    """Names of the computations `name` calls, directly or not, itself included."""
+    seen, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in computations:
+            continue
+        seen.add(current)
+        text = computations[current]
+        todo += re.findall(r"(?:to_apply|body|condition|calls)=%([\w.\-]+)", text)
+        for group in re.findall(r"branch_computations=\{([^}]*)\}", text):
+            todo += re.findall(r"%([\w.\-]+)", group)
+    return seen
+
+
+def _loop_kernels_with_convolutions(hlo: str) -> tuple[int, int]:
+    """(loops compiled into one kernel that reach a convolution, loops that reach one at all)."""
+    computations = _computations(hlo)
+    with_conv = {n for n, text in computations.items() if " convolution(" in text}
+    kernels = [m.group(1) for m in re.finditer(r"to_apply=%([\w.\-]+)[^\n]*xla_cpu_small_call", hlo)]
+    loops = [m.group(1) for m in re.finditer(r" while\([^\n]*body=%([\w.\-]+)", hlo)]
+    reach = lambda names: sum(bool(_reached(computations, n) & with_conv) for n in names)  # noqa: E731
+    return reach(kernels), reach(loops)
+
+
+def _cnn_draw_hlo(amplitude):
+    model = models.CNN(channels=4, kernel_size=3, depth=2, hilbert=LATTICE, param_dtype=jnp.float64)
+    sampler = smp.metropolis_exchange(LATTICE, n_samples=32, n_chains=8)
+    params = model.init(jax.random.PRNGKey(0), jnp.ones((1, LATTICE.n_sites), jnp.int8))["params"]
+    chains = smp.init_chains(sampler, 0)
+    draw = jax.jit(lambda p, c: smp.sample(sampler, amplitude(model), p, c))
+    return draw.lower(params, chains).compile().as_text()
+
+
+def test_metropolis_loops_of_a_cnn_stay_out_of_single_kernels():
+    """The CNN's Metropolis loop through the core's evaluation is not compiled into one kernel;
+    the same loop around the bare model is (so the threshold is in force and the check can fail)."""
+    bare = lambda model: smp.plain_amplitude(  # noqa: E731
+        lambda p, s: jnp.real(model.apply({"params": p}, s)))
+    kernels, loops = _loop_kernels_with_convolutions(_cnn_draw_hlo(bare))
+    assert loops >= 1 and kernels >= 1
+    kernels, loops = _loop_kernels_with_convolutions(_cnn_draw_hlo(vmc.amplitude_of))
+    assert loops >= 1 and kernels == 0
+
+
+@pytest.mark.parametrize("symmetries", ["none", "point"])
+def test_tied_evaluation_is_the_models_own(symmetries):
+    """log psi and its parameter gradient through `vmc.apply_model` equal the model's own, bit for
+    bit, for configurations with and without batch axes."""
+    model = models.CNN(channels=4, kernel_size=3, depth=2, hilbert=LATTICE, param_dtype=jnp.complex128,
+                       symmetries=symmetries)
+    sigma = jax.vmap(lambda k: smp.random_state(LATTICE, k))(jax.random.split(jax.random.PRNGKey(1), 12))
+    params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
+    assert vmc.has_convolution(model, "__call__", LATTICE.n_sites)
+    own = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
+    tied = lambda p, s: vmc.apply_model(model, p, s)  # noqa: E731
+    for s in (sigma, sigma.reshape(3, 4, -1), sigma[0]):
+        np.testing.assert_array_equal(jax.jit(tied)(params, s), jax.jit(own)(params, s))
+    grad = lambda f: jax.jit(jax.grad(lambda p: jnp.sum(jnp.abs(f(p, sigma)) ** 2)))(params)  # noqa: E731
+    for a, b in zip(jax.tree_util.tree_leaves(grad(tied)), jax.tree_util.tree_leaves(grad(own))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_only_models_with_convolutions_are_tied():
+    """The RBM, MLP and ViT keep XLA's single-kernel loops (measured faster there)."""
+    n = LATTICE.n_sites
+    assert not vmc.has_convolution(models.RBM(alpha=1), "__call__", n)
+    assert not vmc.has_convolution(models.MLP(hidden=(4,)), "__call__", n)
+    assert not vmc.has_convolution(models.ViT(patch_size=2, d_model=4, n_heads=1, n_layers=1, hilbert=LATTICE),
+                                   "__call__", n)
+    assert vmc.has_convolution(models.CNN(channels=2, kernel_size=3, depth=1, hilbert=LATTICE), "__call__", n)
+
+
+def test_outside_loop_kernels_passes_values_through():
+    """Every value comes back as it went in, non-finite ones included."""
+    value = jnp.array([1.5, -jnp.inf, jnp.nan, 0.0 + 0j, 3 - 2j])
+    anchor = jnp.array([1, -1, 1, -1, 127], jnp.int8)
+    np.testing.assert_array_equal(jax.jit(parallel.outside_loop_kernels)(value, anchor), value)
