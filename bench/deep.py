@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Deep models side by side: the same Flax CNN and ViT in vmc-runner and NetKet on the 6 x 6 J1-J2 lattice.
 
-Final run (writes the "Deep models" section of docs/benchmarks.md; 2 models x 2 codes x 3 seeds, one
-fresh process each, interleaved ours / NetKet / NetKet / ours / ...):
+Final run (writes the "Deep models" section of docs/benchmarks.md; 2 models x 6 variants x 3 seeds, one
+fresh process each, interleaved; the variants are each code on one and on two CPU devices and NetKet
+also under XLA's own small-loop threshold, `VARIANTS`; each code is compared at its fastest):
 
     nice -n 5 python bench/deep.py --seeds 0 1 2 --netket-python /work/nkvenv/bin/python --write docs/benchmarks.md
 
@@ -64,6 +65,17 @@ COMMON = ["hilbert=square", f"hilbert.L={L}", "hilbert.total_sz=0", "hamiltonian
           "optimizer=sgd", "preconditioner=minsr",
           f"preconditioner.diag_shift={DIAG_SHIFT}", "exact=false", "final_rounds=8", "checkpoint_every=100000"]
 SIDES = {"vmc": "vmc-runner", "nk": "NetKet VMC_SR (NTK)"}
+# Each code on one CPU device and on two (ours: `parallel=sharded parallel.cpu_devices=2`; NetKet:
+# NETKET_EXPERIMENTAL_SHARDING_CPU=2, its chains sharded over both), and NetKet also without the
+# runner's raised small-loop threshold (XLA's own 1 kB: XLA:CPU then compiles no Metropolis loop
+# into one kernel, which slows a convolution there; runner.parallel.outside_loop_kernels keeps our
+# CNN's loops out of them). "At its best" is each code's fastest variant (median s/iter).
+VARIANTS = {
+    "vmc 1": ("vmc", 1, False), "vmc 2": ("vmc", 2, False),
+    "nk 1": ("nk", 1, False), "nk 2": ("nk", 2, False),
+    "nk 1 xla": ("nk", 1, True), "nk 2 xla": ("nk", 2, True),
+}
+XLA_SMALL_LOOP_DEFAULT = "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1024"
 SECTION_START = "<!-- bench/deep.py: start (generated; rerun to replace) -->"
 SECTION_END = "<!-- bench/deep.py: end -->"
 
@@ -193,18 +205,50 @@ def netket_main(argv):
         "energies": energies, "peak_rss_mb": peak_rss, "hamiltonian_check": hamiltonian_error,
         "solver": f"VMC_SR(use_ntk=True, on_the_fly={driver.on_the_fly}, mode={driver.mode})",
         "env": {k: os.environ.get(k) for k in REPORTED_ENV},
-        "versions": {"netket": nk.__version__, "jax": jax.__version__},
+        "versions": {"netket": nk.__version__, "jax": jax.__version__}, "devices": jax.device_count(),
     }), flush=True)
 
 
 # --- the driver (runs under vmc-runner's interpreter) -----------------------------------------
 
 
-def run_ours(case, seed, n_iter, env):
+def variant_label(name):
+    """How a variant reads in the table."""
+    code, devices, xla_default = VARIANTS[name]
+    return (f"{SIDES[code]}, {devices} device{'s' if devices > 1 else ''}"
+            + (", XLA's small-loop threshold" if xla_default else ""))
+
+
+def variant_env(name, env):
+    """The process environment of a variant: the common settings, NetKet's device count, and for
+    the `xla` variants XLA's own small-loop threshold in place of the runner's."""
+    code, devices, xla_default = VARIANTS[name]
+    env = dict(env)
+    if code == "nk" and devices > 1:
+        env["NETKET_EXPERIMENTAL_SHARDING_CPU"] = str(devices)
+    if xla_default:
+        env["XLA_FLAGS"] = " ".join([f for f in env.get("XLA_FLAGS", "").split()
+                                     if "xla_backend_extra_options" not in f] + [XLA_SMALL_LOOP_DEFAULT])
+    return env
+
+
+def run_variant(name, case, seed, n_iter, env, python, on_the_fly="auto"):
+    code, devices, _ = VARIANTS[name]
+    env = variant_env(name, env)
+    if code == "vmc":
+        layout = ["parallel=sharded", f"parallel.cpu_devices={devices}"] if devices > 1 else ["parallel=single"]
+        return run_ours(case, seed, n_iter, env, layout)
+    result = run_theirs(case, seed, n_iter, env, python, on_the_fly)
+    if result["devices"] != devices:
+        raise RuntimeError(f"NetKet ran on {result['devices']} devices, not {devices}")
+    return result
+
+
+def run_ours(case, seed, n_iter, env, layout=()):
     from run import mean_step_seconds, measured
 
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "runner", *overrides(case, n_iter, seed), f"hydra.run.dir={tmp}"]
+        cmd = [sys.executable, "-m", "runner", *overrides(case, n_iter, seed), *layout, f"hydra.run.dir={tmp}"]
         _, _, peak = measured(cmd, REPO, env)
         summary = json.loads((Path(tmp) / "summary.json").read_text())
         records = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
@@ -226,23 +270,28 @@ def run_theirs(case, seed, n_iter, env, python, on_the_fly="auto"):
     return {"s_per_iter": result["s_per_iter"], "compile_first": result["compile_plus_first_iter_s"],
             "energy": result["final_energy"], "energy_error": result["final_energy_error"], "peak_rss_mb": peak,
             "n_params": result["n_params"], "seed": seed, "first_energy": result["energies"][0],
-            "solver": result["solver"], "hamiltonian_check": result["hamiltonian_check"]}
+            "solver": result["solver"], "hamiltonian_check": result["hamiltonian_check"],
+            "devices": result.get("devices", 1)}
 
 
-def run_order(rep):
-    """ours, NetKet for even repetitions; NetKet, ours for odd ones."""
-    return list(SIDES) if rep % 2 == 0 else list(SIDES)[::-1]
+def run_order(rep, variants=tuple(VARIANTS)):
+    """Layout by layout, ours before NetKet's; the whole order reversed for odd repetitions."""
+    order = sorted(variants, key=lambda v: (VARIANTS[v][1], VARIANTS[v][0] != "vmc", VARIANTS[v][2]))
+    return order if rep % 2 == 0 else order[::-1]
 
 
 def summarise(case, runs):
-    """Medians over seeds per side and our time over NetKet's."""
-    row = {"case": case}
-    for side, side_runs in runs.items():
-        row[side] = {k: statistics.median(r[k] for r in side_runs)
-                     for k in ("s_per_iter", "compile_first", "peak_rss_mb")}
-        row[side]["n_params"] = side_runs[0]["n_params"]
-        row[side]["runs"] = side_runs
-    row["ratio"] = row["vmc"]["s_per_iter"] / row["nk"]["s_per_iter"]
+    """Medians over seeds per variant; each code's best variant and our best over NetKet's."""
+    row = {"case": case, "variants": {}}
+    for name, variant_runs in runs.items():
+        row["variants"][name] = {k: statistics.median(r[k] for r in variant_runs)
+                                 for k in ("s_per_iter", "compile_first", "peak_rss_mb")}
+        row["variants"][name]["n_params"] = variant_runs[0]["n_params"]
+        row["variants"][name]["runs"] = variant_runs
+    for code in SIDES:
+        mine = [v for v in row["variants"] if VARIANTS[v][0] == code]
+        row[code] = min(mine, key=lambda v: row["variants"][v]["s_per_iter"])
+    row["ratio"] = row["variants"][row["vmc"]]["s_per_iter"] / row["variants"][row["nk"]]["s_per_iter"]
     return row
 
 
@@ -262,8 +311,10 @@ def render(rows, args, env):
     except (OSError, StopIteration):
         cpu = platform.processor()
     settings = ", ".join(f"`{k}={v}`" for k, v in process_settings(env).items())
-    solver = rows[0]["nk"]["runs"][0]["solver"]
-    command = f"python bench/deep.py --seeds {' '.join(map(str, args.seeds))} --n-iter {args.n_iter}"
+    solver = next(x["solver"] for v, data in rows[0]["variants"].items() if VARIANTS[v][0] == "nk"
+                  for x in data["runs"])
+    command = (f"python bench/deep.py --seeds {' '.join(map(str, args.seeds))} --n-iter {args.n_iter} "
+               f"--variants {' '.join(repr(v) if ' ' in v else v for v in args.variants)}")
     lines = [
         "## Deep models: the same CNN and ViT in vmc-runner and NetKet",
         "",
@@ -277,28 +328,34 @@ def render(rows, args, env):
         f"exchange proposals per chain; minSR against NetKet's `{solver}`, diag_shift {DIAG_SHIFT}, "
         f"SGD with learning rate {LEARNING_RATE['cnn']} (CNN) and {LEARNING_RATE['vit']} (ViT; 0.01 diverged with its earlier initialisation); "
         f"{args.n_iter} steps, the first {WARMUP} untimed. Both codes evaluate the model "
-        "through its generic path (no fast path exists for these models). Process settings: " + settings + ". "
-        "One fresh process per run, runs interleaved (ours, NetKet, NetKet, ours, ...), all under the same "
-        "`nice`; the ratio is ours over NetKet's median time per iteration. Final energies from "
+        "through its generic path (no fast path exists for these models). Process settings of every run: " + settings +
+        "; the variants marked \"XLA's small-loop threshold\" replace the runner's raised threshold in `XLA_FLAGS` "
+        f"by `{XLA_SMALL_LOOP_DEFAULT.split('=', 1)[1]}`. Each code runs on one CPU device and on two (ours: "
+        "`parallel=sharded parallel.cpu_devices=2`; NetKet: `NETKET_EXPERIMENTAL_SHARDING_CPU=2`, its process "
+        "checked to see 2 devices). One fresh process per run, variants interleaved (the order reversed every "
+        "other seed), all under the same `nice`. Each code at its best is its variant with the lowest median "
+        "time per iteration; the ratio is ours at its best over NetKet's at its best. Final energies from "
         f"{8 * N_SAMPLES} fresh samples at the final parameters.",
         "",
-        "| model | parameters P | vmc-runner s/iter | NetKet s/iter | ratio | compile + 1st iter s (ours / NetKet) "
-        "| peak RSS MB (ours / NetKet) | final energy, ours | final energy, NetKet |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | parameters P | vmc-runner at its best s/iter | NetKet at its best s/iter | ratio |",
+        "|---|---|---|---|---|",
     ]
     for r in rows:
-        v, n = r["vmc"], r["nk"]
-        def energy(side):
-            return ", ".join(f"{x['energy']:.3f} ± {x['energy_error']:.3f}" for x in r[side]["runs"])
-
-        lines.append(f"| {r['case']} | {v['n_params']:,} | {v['s_per_iter']:.3f} | {n['s_per_iter']:.3f} | "
-                     f"{r['ratio']:.2f} | {v['compile_first']:.1f} / {n['compile_first']:.1f} | "
-                     f"{v['peak_rss_mb']:.0f} / {n['peak_rss_mb']:.0f} | {energy('vmc')} | {energy('nk')} |")
-    lines += ["", "Per-run s/iter (seed order): " + "; ".join(
-        f"{r['case']}: " + ", ".join(f"{SIDES[s]} {[round(x['s_per_iter'], 3) for x in r[s]['runs']]}" for s in SIDES)
-        for r in rows), ""]
-    lines += ["Energy of the first step (same initial parameters, different samples): " + "; ".join(
-        f"{r['case']}: " + ", ".join(f"{SIDES[s]} {[round(x['first_energy'], 3) for x in r[s]['runs']]}" for s in SIDES)
+        best = {code: r["variants"][r[code]] for code in SIDES}
+        lines.append(f"| {r['case']} | {best['vmc']['n_params']:,} | {best['vmc']['s_per_iter']:.3f} "
+                     f"({variant_label(r['vmc'])}) | {best['nk']['s_per_iter']:.3f} ({variant_label(r['nk'])}) | "
+                     f"{r['ratio']:.2f} |")
+    lines += ["", "| model | variant | s/iter (median) | per run | compile + 1st iter s | peak RSS MB | final energies |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for name, v in r["variants"].items():
+            energies = ", ".join(f"{x['energy']:.3f} ± {x['energy_error']:.3f}" for x in v["runs"])
+            per_run = ", ".join(f"{x['s_per_iter']:.3f}" for x in v["runs"])
+            lines.append(f"| {r['case']} | {variant_label(name)} | {v['s_per_iter']:.3f} | {per_run} | "
+                         f"{v['compile_first']:.1f} | {v['peak_rss_mb']:.0f} | {energies} |")
+    lines += ["", "Energy of the first step (same initial parameters, different samples): " + "; ".join(
+        f"{r['case']}: " + ", ".join(f"{variant_label(v)} {[round(x['first_energy'], 3) for x in d['runs']]}"
+                                     for v, d in r["variants"].items())
         for r in rows), ""]
     return "\n".join(lines)
 
@@ -322,6 +379,8 @@ def main(argv=None):
     parser.add_argument("--n-iter", type=int, default=N_ITER)
     parser.add_argument("--netket-python", default="/work/nkvenv/bin/python")
     parser.add_argument("--on-the-fly", choices=["auto", "true", "false"], default="auto")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                        help="code, CPU devices and (xla) XLA's small-loop threshold of each variant run")
     parser.add_argument("--note", default="", help="a sentence for the docs (e.g. that the machine was shared)")
     parser.add_argument("--write", default=None, help="markdown file whose Deep models section is replaced")
     args = parser.parse_args(argv)
@@ -332,13 +391,14 @@ def main(argv=None):
     env = process_env()
     rows = []
     for case in args.cases:
-        runs = {side: [] for side in SIDES}
+        if not {VARIANTS[v][0] for v in args.variants} >= set(SIDES):
+            parser.error("--variants needs at least one of each code's")
+        runs = {name: [] for name in run_order(0, args.variants)}
         for rep, seed in enumerate(args.seeds):
-            for side in run_order(rep):
-                result = (run_ours(case, seed, args.n_iter, env) if side == "vmc" else
-                          run_theirs(case, seed, args.n_iter, env, args.netket_python, args.on_the_fly))
-                runs[side].append(result)
-                print(f"{case} seed {seed} {SIDES[side]} {result['s_per_iter'] * 1e3:.1f} ms/iter, "
+            for name in run_order(rep, args.variants):
+                result = run_variant(name, case, seed, args.n_iter, env, args.netket_python, args.on_the_fly)
+                runs[name].append(result)
+                print(f"{case} seed {seed} {variant_label(name)} {result['s_per_iter'] * 1e3:.1f} ms/iter, "
                       f"compile+1st {result['compile_first']:.1f} s, {result['peak_rss_mb']:.0f} MB, "
                       f"E {result['energy']:.4f} ± {result['energy_error']:.4f}", file=sys.stderr, flush=True)
         rows.append(summarise(case, runs))

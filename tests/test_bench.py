@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 
+from runner import parallel
 from runner.build import build
 from tests.conftest import REPO
 from tests.test_config import compose_config
@@ -157,6 +158,28 @@ def test_deep_case_is_the_model_netket_gets(case):
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: bool((a == b).all()), runner_params, theirs))
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(ours))
     assert n_params > deep.N_SAMPLES  # the sample-space solver's regime
+
+
+def test_deep_variants_differ_only_in_what_they_name():
+    """bench/deep.py: each variant's environment is the common one but for NetKet's device count
+    and, for the `xla` variants, XLA's small-loop threshold in place of the runner's; every order
+    runs each variant once; each code's best is its fastest variant and the ratio is theirs."""
+    deep = _load("deep")
+    env = bench.process_env()
+    for name, (code, devices, xla_default) in deep.VARIANTS.items():
+        changed = {k: v for k, v in deep.variant_env(name, env).items() if env.get(k) != v}
+        expected = {}
+        if code == "nk" and devices > 1:
+            expected["NETKET_EXPERIMENTAL_SHARDING_CPU"] = str(devices)
+        if xla_default:
+            expected["XLA_FLAGS"] = env["XLA_FLAGS"].replace(
+                f"xla_cpu_small_while_loop_byte_threshold={parallel.SMALL_LOOP_BYTES}", "xla_cpu_small_while_loop_byte_threshold=1024")
+        assert changed == expected, name
+    for rep in range(2):
+        assert sorted(deep.run_order(rep)) == sorted(deep.VARIANTS)
+    run = lambda t: {"s_per_iter": t, "compile_first": 1.0, "peak_rss_mb": 1.0, "n_params": 5}  # noqa: E731
+    row = deep.summarise("cnn", {"vmc 1": [run(0.3)], "vmc 2": [run(0.2)], "nk 1": [run(0.5)], "nk 2 xla": [run(0.4)]})
+    assert (row["vmc"], row["nk"]) == ("vmc 2", "nk 2 xla") and row["ratio"] == pytest.approx(0.5)
 
 
 def test_deep_and_scaling_sections_replace_only_their_own_part():
