@@ -107,10 +107,19 @@ def apply_model(model, params, sigma_xN, method: str = "__call__"):
     return out
 
 
-@functools.cache
 def has_convolution(model, method: str, n_sites: int) -> bool:
     """Whether the model's `method` on N sites runs a convolution (read from its jaxpr: abstract,
-    no device touched)."""
+    no device touched; once per model, or every time for a model that cannot be hashed)."""
+    try:
+        return _has_convolution(model, method, n_sites)
+    except TypeError as error:
+        if "unhashable" not in str(error):
+            raise
+        return _has_convolution.__wrapped__(model, method, n_sites)
+
+
+@functools.cache
+def _has_convolution(model, method: str, n_sites: int) -> bool:
     def evaluate():
         sigma = jnp.ones((1, n_sites), jnp.int8)
         return model.apply(model.init(jax.random.PRNGKey(0), sigma), sigma, method=method)

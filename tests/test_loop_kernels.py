@@ -108,3 +108,21 @@ def test_outside_loop_kernels_passes_values_through():
     value = jnp.array([1.5, -jnp.inf, jnp.nan, 0.0 + 0j, 3 - 2j])
     anchor = jnp.array([1, -1, 1, -1, 127], jnp.int8)
     np.testing.assert_array_equal(jax.jit(parallel.outside_loop_kernels)(value, anchor), value)
+
+
+def test_an_unhashable_model_is_read_every_time():
+    """A model that cannot be a cache key (a field holding a dict) is still classified."""
+    import flax.linen as nn
+
+    class Conv(nn.Module):
+        options: dict
+
+        @nn.compact
+        def __call__(self, sigma):
+            h = nn.Conv(2, (3,))(sigma[..., None].astype(jnp.float32))
+            return jnp.sum(h, axis=(-2, -1))
+
+    model = Conv(options={"a": 1})
+    with pytest.raises(TypeError):
+        hash(model)
+    assert vmc.has_convolution(model, "__call__", 6)
