@@ -102,29 +102,34 @@ def apply_model(model, params, sigma_xN, method: str = "__call__"):
     a model by the core goes through here. A model with convolutions has each evaluation kept out
     of XLA:CPU's single-kernel loops (`parallel.outside_loop_kernels`), where they run slowly."""
     out = model.apply({"params": params}, sigma_xN, method=method)
-    if has_convolution(model, method, sigma_xN.shape[-1]):
+    if has_convolution(model, params, sigma_xN, method):
         out = parallel.outside_loop_kernels(out, sigma_xN[..., 0])
     return out
 
 
-def has_convolution(model, method: str, n_sites: int) -> bool:
-    """Whether the model's `method` on N sites runs a convolution (read from its jaxpr: abstract,
-    no device touched; once per model, or every time for a model that cannot be hashed)."""
+_CONVOLUTIONS: dict = {}  # (model, method) -> whether its evaluation runs a convolution
+
+
+def has_convolution(model, params, sigma_xN, method: str = "__call__") -> bool:
+    """Whether the model's `method` runs a convolution, read from its jaxpr at the shapes of these
+    arguments (abstract: no device touched); remembered per model and method, or read every time
+    for a model that cannot be hashed."""
+    key = (model, method)
     try:
-        return _has_convolution(model, method, n_sites)
-    except TypeError as error:
+        return _CONVOLUTIONS[key]
+    except KeyError:
+        pass
+    except TypeError as error:  # an unhashable model
         if "unhashable" not in str(error):
             raise
-        return _has_convolution.__wrapped__(model, method, n_sites)
-
-
-@functools.cache
-def _has_convolution(model, method: str, n_sites: int) -> bool:
-    def evaluate():
-        sigma = jnp.ones((1, n_sites), jnp.int8)
-        return model.apply(model.init(jax.random.PRNGKey(0), sigma), sigma, method=method)
-
-    return _has_primitive(jax.make_jaxpr(evaluate)().jaxpr, "conv_general_dilated")
+        key = None
+    shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
+                                    (params, sigma_xN))
+    jaxpr = jax.make_jaxpr(lambda p, s: model.apply({"params": p}, s, method=method))(*shapes).jaxpr
+    found = _has_primitive(jaxpr, "conv_general_dilated")
+    if key is not None:
+        _CONVOLUTIONS[key] = found
+    return found
 
 
 def _has_primitive(jaxpr, name: str) -> bool:

@@ -83,7 +83,7 @@ def test_tied_evaluation_is_the_models_own(symmetries):
                        symmetries=symmetries)
     sigma = jax.vmap(lambda k: smp.random_state(LATTICE, k))(jax.random.split(jax.random.PRNGKey(1), 12))
     params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
-    assert vmc.has_convolution(model, "__call__", LATTICE.n_sites)
+    assert vmc.has_convolution(model, params, sigma)
     own = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
     tied = lambda p, s: vmc.apply_model(model, p, s)  # noqa: E731
     for s in (sigma, sigma.reshape(3, 4, -1), sigma[0]):
@@ -94,13 +94,23 @@ def test_tied_evaluation_is_the_models_own(symmetries):
 
 
 def test_only_models_with_convolutions_are_tied():
-    """The RBM, MLP and ViT keep XLA's single-kernel loops (measured faster there)."""
-    n = LATTICE.n_sites
-    assert not vmc.has_convolution(models.RBM(alpha=1), "__call__", n)
-    assert not vmc.has_convolution(models.MLP(hidden=(4,)), "__call__", n)
-    assert not vmc.has_convolution(models.ViT(patch_size=2, d_model=4, n_heads=1, n_layers=1, hilbert=LATTICE),
-                                   "__call__", n)
-    assert vmc.has_convolution(models.CNN(channels=2, kernel_size=3, depth=1, hilbert=LATTICE), "__call__", n)
+    """The RBM, MLP and ViT keep XLA's single-kernel loops (measured faster there); a stand-in with
+    only `apply` (no `init`), as the tests use to strip fast paths, is read too."""
+    sigma = jnp.ones((2, LATTICE.n_sites), jnp.int8)
+
+    def found(model):
+        params = model.init(jax.random.PRNGKey(0), sigma)["params"]
+        return vmc.has_convolution(model, params, sigma)
+
+    assert not found(models.RBM(alpha=1))
+    assert not found(models.MLP(hidden=(4,)))
+    assert not found(models.ViT(patch_size=2, d_model=4, n_heads=1, n_layers=1, hilbert=LATTICE))
+    cnn = models.CNN(channels=2, kernel_size=3, depth=1, hilbert=LATTICE)
+    assert found(cnn)
+    stand_in = type("Plain", (), {"apply": staticmethod(cnn.apply)})()
+    params = cnn.init(jax.random.PRNGKey(0), sigma)["params"]
+    assert vmc.has_convolution(stand_in, params, sigma)
+    np.testing.assert_array_equal(vmc.apply_model(stand_in, params, sigma), cnn.apply({"params": params}, sigma))
 
 
 def test_outside_loop_kernels_passes_values_through():
@@ -125,4 +135,7 @@ def test_an_unhashable_model_is_read_every_time():
     model = Conv(options={"a": 1})
     with pytest.raises(TypeError):
         hash(model)
-    assert vmc.has_convolution(model, "__call__", 6)
+    sigma = jnp.ones((2, 6), jnp.int8)
+    params = model.init(jax.random.PRNGKey(0), sigma)["params"]
+    assert vmc.has_convolution(model, params, sigma)
+    assert vmc.has_convolution(model, params, sigma)  # again, not from a cache
