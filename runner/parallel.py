@@ -39,8 +39,8 @@ class DistributedInitError(RuntimeError):
 # it: with the limit raised, a 6x6 RBM step takes 1.8 us instead of 2.8 us.
 SMALL_LOOP_BYTES = 8_000_000
 # A convolution inside such a kernel runs through XLA's own emitted loops instead of its
-# convolution library: a 6x6 CNN's Metropolis draw on 16 chains took 209 ms instead of 153, on
-# 64 complex64 chains 3,315 ms instead of 404 (docs/benchmarks.md, "Loops with convolutions").
+# convolution library: a 6x6 CNN's Metropolis draw on 16 chains took 206 ms instead of 152, on
+# 64 complex64 chains 3,300 ms instead of 353 (docs/benchmarks.md, "Loops with convolutions").
 # XLA leaves a loop that contains a custom call out of that compilation, so a model with
 # convolutions ties each of its evaluations to one (`outside_loop_kernels`).
 # glibc malloc hands a freed block above its mmap threshold (128 kB, rising to at most 32 MB)
