@@ -271,7 +271,7 @@ def run_theirs(case, seed, n_iter, env, python, on_the_fly="auto"):
             "energy": result["final_energy"], "energy_error": result["final_energy_error"], "peak_rss_mb": peak,
             "n_params": result["n_params"], "seed": seed, "first_energy": result["energies"][0],
             "solver": result["solver"], "hamiltonian_check": result["hamiltonian_check"],
-            "devices": result.get("devices", 1)}
+            "devices": result["devices"]}
 
 
 def run_order(rep, variants=tuple(VARIANTS)):
@@ -386,13 +386,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.n_iter <= WARMUP:
         parser.error(f"--n-iter must exceed the {WARMUP} warm-up steps")
+    if not {VARIANTS[v][0] for v in args.variants} >= set(SIDES):
+        parser.error("--variants needs at least one of each code's")
     from run import process_env
 
     env = process_env()
     rows = []
     for case in args.cases:
-        if not {VARIANTS[v][0] for v in args.variants} >= set(SIDES):
-            parser.error("--variants needs at least one of each code's")
         runs = {name: [] for name in run_order(0, args.variants)}
         for rep, seed in enumerate(args.seeds):
             for name in run_order(rep, args.variants):
