@@ -16,12 +16,18 @@ from models.common import activation, check_param_dtype, normal
 from runner.errors import ConfigError
 
 
+def kernel_offsets(kernel_size: int, n_dims: int) -> np.ndarray:
+    """[kernel_size^d, d] a kernel's offsets, -(k-1)//2 ... k//2 per direction, in the order of
+    its rows."""
+    return np.array(list(itertools.product(range(-((kernel_size - 1) // 2), kernel_size // 2 + 1),
+                                           repeat=n_dims)))
+
+
 def neighbour_table(shape: tuple, kernel_size: int, pbc: bool) -> np.ndarray:
-    """[cells, kernel_size^d] the cell at each kernel offset from every cell (offsets
-    -(k-1)//2 ... k//2 per direction), wrapped with pbc, else the padding index `cells`."""
+    """[cells, kernel_size^d] the cell at each `kernel_offsets` offset from every cell, wrapped
+    with pbc, else the padding index `cells`."""
     cells = np.stack(np.unravel_index(np.arange(math.prod(shape)), shape), axis=-1)  # [C, d]
-    offsets = np.array(list(itertools.product(range(-((kernel_size - 1) // 2), kernel_size // 2 + 1),
-                                              repeat=len(shape))))  # [K, d]
+    offsets = kernel_offsets(kernel_size, len(shape))  # [K, d]
     target = cells[:, None, :] + offsets[None, :, :]
     extent = np.asarray(shape)
     inside = np.all((target >= 0) & (target < extent), axis=-1)
@@ -105,6 +111,16 @@ def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
     return conv
 
 
+def with_bias_channel(kernel, bias, kernel_size: int, n_dims: int):
+    """kernel [K C_in, C_out] for inputs with one more channel, constant 1: zero at every offset
+    but the centre, `bias` there, so conv(concat[h, 1], kernel') = conv(h, kernel) + bias (the
+    centre never reaches the padding)."""
+    centre = np.all(kernel_offsets(kernel_size, n_dims) == 0, axis=-1)
+    k = kernel.reshape(len(centre), -1, kernel.shape[-1])
+    row = jnp.where(centre[:, None, None], bias.astype(kernel.dtype)[None, None, :], 0).astype(kernel.dtype)
+    return jnp.concatenate([k, row], axis=1).reshape(-1, kernel.shape[-1])
+
+
 class CNN(nn.Module):
     """Convolutions over the unit cells (the basis sites as input channels, `grid_conv`):
     a first layer, then depth - 1 residual layers x + conv(f(x)), and log psi = the sum
@@ -163,7 +179,18 @@ class CNN(nn.Module):
             kernel = self.param(f"kernel{layer}", normal(gain / math.sqrt(n_window * h.shape[-1])),
                                 (n_window * h.shape[-1], self.channels), self.param_dtype)
             bias = self.param(f"bias{layer}", normal(0.01), (self.channels,), self.param_dtype)
-            y = conv(h, kernel) + bias
+            if layer == 0:
+                # The first layer's bias through a channel of ones, inside the convolution: added
+                # after it, the bias and the convolution's output both entered the fusion that
+                # computes the next layer's f, which XLA:CPU then compiled to code 10x slower than
+                # for a single input (complex64 log cosh: the whole forward 125 -> 83 ms for
+                # 8,192 configurations of 6 x 6; docs/benchmarks.md). The later layers' input, the
+                # residual sum, is stored once and read by that fusion alone.
+                h = jnp.concatenate([h, jnp.ones_like(h[..., :1])], axis=-1)
+                kernel = with_bias_channel(kernel, bias, self.kernel_size, n)
+                y = conv(h, kernel)
+            else:
+                y = conv(h, kernel) + bias
             x = y if layer == 0 else x + y
         # A readout weight per channel, small at the start: log psi nearly flat, so the first
         # samples spread over the space instead of sitting on the few largest configurations.

@@ -7,7 +7,8 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from models import MLP, RBM, Jastrow
-from models.common import LOG_PROD_BLOCK, log_cosh, log_cosh_series, sincos, sum_log_cosh, sum_log_cosh_real_part
+from models.common import (LOG_PROD_BLOCK, arctan2, log_cosh, log_cosh_series, sincos, sum_log_cosh,
+                           sum_log_cosh_real_part)
 from runner.errors import ConfigError
 
 DTYPES = [jnp.float64, jnp.float32, jnp.complex128, jnp.complex64]
@@ -104,6 +105,32 @@ def test_sincos_against_numpy(dtype, ulp):
     np.testing.assert_allclose(c, np.cos(wide), rtol=0, atol=2 * ulp)
     ds = jax.vmap(jax.grad(lambda t: sincos(t)[0]))(jnp.asarray(x[:200]))
     np.testing.assert_allclose(ds, np.cos(wide[:200]), rtol=0, atol=8 * ulp)
+
+
+@pytest.mark.parametrize("dtype,ulp", [(np.float32, 3), (np.float64, 3)])
+def test_arctan2_against_numpy(dtype, ulp):
+    """Within 3 ulp of NumPy's arctan2 over all four quadrants and magnitudes from 1e-15 to 1e15
+    (the reductions' boundaries |y| = |x| and |y| = tan(pi/8) |x| included), the axes and
+    infinities exactly, NaN kept; its derivative (JAX's, through the polynomial) is
+    (x dy - y dx) / (x^2 + y^2) to 32 epsilon."""
+    rng = np.random.default_rng(5)
+    y = np.concatenate([rng.normal(size=20000) * 10.0 ** rng.integers(-15, 16, size=20000),
+                        np.tan(np.pi / 8) * np.arange(1, 50), np.arange(-40, 41)]).astype(dtype)
+    x = np.concatenate([rng.normal(size=20000) * 10.0 ** rng.integers(-15, 16, size=20000),
+                        np.arange(1, 50), np.arange(-40, 41)[::-1]]).astype(dtype)
+    got = np.asarray(arctan2(jnp.asarray(y), jnp.asarray(x)))
+    assert got.dtype == dtype
+    exact = np.arctan2(y.astype(np.float64), x.astype(np.float64))
+    np.testing.assert_array_less(np.abs(got - exact), ulp * np.spacing(np.abs(exact).astype(dtype)) + 1e-300)
+    special_y = np.array([0, 0, 1, -1, np.inf, -np.inf, 1, -1, np.nan], dtype)
+    special_x = np.array([1, -1, 0, 0, 1, 1, np.inf, -np.inf, 1], dtype)
+    np.testing.assert_array_equal(arctan2(jnp.asarray(special_y), jnp.asarray(special_x)),
+                                  np.arctan2(special_y, special_x))
+    wide_y, wide_x = rng.normal(size=(2, 200))
+    dy, dx = jax.vmap(jax.grad(arctan2, argnums=(0, 1)))(jnp.asarray(wide_y, dtype), jnp.asarray(wide_x, dtype))
+    wide_y, wide_x = (v.astype(dtype).astype(np.float64) for v in (wide_y, wide_x))
+    np.testing.assert_allclose(dy, wide_x / (wide_x ** 2 + wide_y ** 2), rtol=32 * np.finfo(dtype).eps)
+    np.testing.assert_allclose(dx, -wide_y / (wide_x ** 2 + wide_y ** 2), rtol=32 * np.finfo(dtype).eps)
 
 
 @pytest.mark.parametrize("dtype", [jnp.complex64, jnp.complex128])
@@ -344,6 +371,28 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     np.testing.assert_allclose(stats_4.mean, stats_1.mean, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(grads_4), jax.tree_util.tree_leaves(grads_1)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape,kernel_size,pbc", [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True),
+                                                   ((4, 3), 2, False)])
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex64])
+def test_a_constant_channel_carries_the_bias(shape, kernel_size, pbc, dtype):
+    """The CNN's first layer adds its bias inside the convolution, through an input channel of
+    ones (`with_bias_channel`): the same as adding it after, with or without periodic padding
+    (the bias sits at the kernel's centre, which never reaches the padding)."""
+    from models.cnn import grid_conv, with_bias_channel
+
+    rng = np.random.default_rng(1)
+    c_in, c_out, n_window = 2, 3, kernel_size ** len(shape)
+    parts = 2 if jnp.iscomplexobj(jnp.zeros((), dtype)) else 1
+    h = jnp.asarray(rng.normal(size=(4, *shape, c_in)), dtype)
+    kernel, bias = (jnp.asarray(sum(1j ** i * rng.normal(size=size) for i in range(parts)), dtype)
+                    for size in ((n_window * c_in, c_out), (c_out,)))
+    conv = grid_conv(shape, kernel_size, pbc)
+    got = conv(jnp.concatenate([h, jnp.ones_like(h[..., :1])], axis=-1),
+               with_bias_channel(kernel, bias, kernel_size, len(shape)))
+    tol = 1e-12 if jnp.finfo(dtype).bits == 64 else 2e-5
+    np.testing.assert_allclose(got, conv(h, kernel) + bias, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("shape,kernel_size,pbc", [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True),
