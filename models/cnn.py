@@ -35,77 +35,119 @@ def neighbour_table(shape: tuple, kernel_size: int, pbc: bool) -> np.ndarray:
     return np.where(inside | pbc, index, len(cells)).astype(np.int32)
 
 
-def windows(h, neighbours_CxK, n_dims: int):
-    """[..., *shape, K C_in]: every cell's kernel window of h [..., *shape, C_in] on an
-    `n_dims`-dimensional grid, cells by `neighbour_table` (its padding index: zeros)."""
-    lead, shape = h.shape[:h.ndim - n_dims - 1], h.shape[h.ndim - n_dims - 1:-1]
-    cells = h.reshape(*lead, -1, h.shape[-1])
-    cells = jnp.concatenate([cells, jnp.zeros_like(cells[..., :1, :])], axis=-2)
-    return cells[..., neighbours_CxK, :].reshape(*lead, *shape, -1)
+# How `grid_conv` convolves real inputs (bench/cnn_conv.py times the three; docs/benchmarks.md,
+# "The CNN's convolution as products"): up to WINDOW_BATCH configurations per call (the sampler's
+# proposals) every cell's window is stacked from slices of the padded grid and multiplied with the
+# kernel once; more (local energies) as one product with the whole layer's matrix over all cells,
+# while the lattice has at most DENSE_CELLS_PER_WINDOW cells per kernel window (that matrix does
+# cells / K times the convolution's arithmetic, in a product XLA:CPU runs near its peak); larger
+# lattices, and complex parameters (whose step the products made slower), through XLA's convolution.
+WINDOW_BATCH = 64
+DENSE_CELLS_PER_WINDOW = 12
+FORMS = ("xla", "windows", "dense")
+
+
+def conv_form(batch: int, cells: int, n_window: int, complex_params: bool = False) -> str:
+    """The formulation `grid_conv` takes for `batch` configurations of a lattice of `cells`
+    cells, kernels of `n_window` offsets, and real or complex parameters."""
+    if complex_params:
+        return "xla"
+    if batch <= WINDOW_BATCH:
+        return "windows"
+    return "dense" if cells <= DENSE_CELLS_PER_WINDOW * n_window else "xla"
+
+
+def padded(h, shape: tuple, kernel_size: int, pbc: bool):
+    """h [..., *shape, C] padded by the kernel's reach on each side of each direction: wrapped
+    around with pbc (more than once where the kernel is wider than the lattice), zeros without."""
+    n = len(shape)
+    widths = [((kernel_size - 1) // 2, kernel_size // 2)] * n
+    return jnp.pad(h, [(0, 0)] * (h.ndim - n - 1) + widths + [(0, 0)], mode="wrap" if pbc else "constant")
+
+
+def windows(h, shape: tuple, kernel_size: int, pbc: bool):
+    """[..., *shape, K C_in]: every cell's kernel window of h [..., *shape, C_in], offsets in
+    `kernel_offsets`' order (the cells of `neighbour_table`, zeros at its padding index), each a
+    slice of the padded grid."""
+    reach = (kernel_size - 1) // 2
+    h_pad = padded(h, shape, kernel_size, pbc)
+    return jnp.concatenate(
+        [h_pad[(..., *(slice(reach + d, reach + d + e) for d, e in zip(offset, shape)), slice(None))]
+         for offset in kernel_offsets(kernel_size, len(shape))], axis=-1)
+
+
+def conv_matrix(kernel, shape: tuple, kernel_size: int, pbc: bool):
+    """[cells C_in, cells C_out] the convolution with kernel [K C_in, C_out] as one linear map of
+    the flattened grid (cell-major on both sides): block (s, d) is the sum of the kernel's rows
+    at every offset that takes cell d to cell s (one, or none, unless the kernel wraps around)."""
+    table = neighbour_table(shape, kernel_size, pbc)  # [cells, K]
+    cells, n_window = table.shape
+    hits = np.zeros((n_window, cells + 1, cells), np.float32)  # [offset, source, target]
+    hits[np.arange(n_window)[None, :], table, np.arange(cells)[:, None]] = 1
+    k = kernel.reshape(n_window, -1, kernel.shape[-1])
+    matrix = jnp.einsum("jsd,jio->sido", jnp.asarray(hits[:, :cells], k.dtype), k)
+    return matrix.reshape(cells * k.shape[1], cells * k.shape[2])
 
 
 @functools.lru_cache(maxsize=None)
-def gather_conv(shape: tuple, kernel_size: int, pbc: bool):
-    """`grid_conv`'s convolution as the window gather and one product, derivatives by JAX: what
-    the CNN ran before `grid_conv` (bench/cnn_conv.py times the two)."""
-    neighbours_CxK = neighbour_table(shape, kernel_size, pbc)
-    return lambda h, kernel: windows(h, neighbours_CxK, len(shape)) @ kernel
-
-
-@functools.lru_cache(maxsize=None)
-def grid_conv(shape: tuple, kernel_size: int, pbc: bool):
+def grid_conv(shape: tuple, kernel_size: int, pbc: bool, form: str | None = None):
     """conv(h [..., *shape, C_in], kernel [K C_in, C_out]) -> [..., *shape, C_out], K = kernel_size^d,
     the kernel's rows in `neighbour_table`'s offset order, then input channel; wrapped around
     with pbc, zero padded without.
 
-    log psi goes through XLA's convolution of the padded grid (3.7x faster than gathering every
-    cell's window and multiplying on a 6 x 6 lattice: the sampler's and the local energies' cost).
-    Its derivative by the kernel is the window gather and one matrix product instead: XLA's
-    kernel gradient of a convolution, batched over samples for per-sample log-derivatives,
-    becomes a grouped convolution 50x slower than the product. A complex64 convolution runs as
-    one real one on stacked real and imaginary parts (2 C_in -> 2 C_out channels): 2.3x faster
-    than XLA:CPU's complex64 one on a 6 x 6 lattice with 8 channels (for complex128 the stacked
-    form is 2.5x slower, so it keeps XLA's)."""
+    `form` (None: by `conv_form`, from the configurations of each call as traced, vmap's axes not
+    counted, and the parameters' kind): "windows" stacks every cell's window from slices of the
+    padded grid and multiplies once; "dense" multiplies the flattened grid with `conv_matrix`;
+    "xla" is XLA's convolution of the padded grid. The three give the same sums in different
+    orders (rounding). The
+    derivative by the kernel is always the windows' product: XLA's kernel gradient of a
+    convolution, batched over samples for per-sample log-derivatives, becomes a grouped
+    convolution 50x slower. A complex64 convolution runs as one real one on stacked real and
+    imaginary parts (2 C_in -> 2 C_out channels; for complex128 XLA's complex convolution was faster)."""
     n = len(shape)
-    neighbours_CxK = neighbour_table(shape, kernel_size, pbc)
-    spatial = "HWD"[:n]
-    numbers = ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
-    padded_shape = tuple(e + kernel_size - 1 for e in shape)
-    widths = [((kernel_size - 1) // 2, kernel_size // 2)] * n
+    cells = math.prod(shape)
+    numbers = ("N" + "HWD"[:n] + "C", "HWD"[:n] + "IO", "N" + "HWD"[:n] + "C")
 
-    def real_conv(h, kernel):
+    def real_conv(h, kernel, complex_params):
         lead = h.shape[:h.ndim - n - 1]
-        h_pad = jnp.pad(h, [(0, 0)] * len(lead) + widths + [(0, 0)], mode="wrap" if pbc else "constant")
-        y = jax.lax.conv_general_dilated(h_pad.reshape(-1, *padded_shape, h.shape[-1]),
+        chosen = form or conv_form(math.prod(lead), cells, kernel_size ** n, complex_params)
+        if chosen == "windows":
+            return windows(h, shape, kernel_size, pbc) @ kernel
+        if chosen == "dense":
+            y = h.reshape(*lead, cells * h.shape[-1]) @ conv_matrix(kernel, shape, kernel_size, pbc)
+            return y.reshape(*lead, *shape, kernel.shape[-1])
+        h_pad = padded(h, shape, kernel_size, pbc)
+        y = jax.lax.conv_general_dilated(h_pad.reshape(-1, *h_pad.shape[len(lead):]),
                                          kernel.reshape(*(kernel_size,) * n, h.shape[-1], kernel.shape[-1]),
                                          (1,) * n, "VALID", dimension_numbers=numbers)
         return y.reshape(*lead, *shape, kernel.shape[-1])
 
-    def xla_conv(h, kernel):
+    def stacked_conv(h, kernel):
         """real_conv, complex64 through stacked real parts: [Re y, Im y] = [Re h, Im h] conv
         [[Re k, Im k], [-Im k, Re k]]."""
-        if jnp.result_type(h, kernel) != jnp.complex64:
-            return real_conv(h, kernel)
+        dtype = jnp.result_type(h, kernel)
+        if dtype != jnp.complex64:
+            return real_conv(h, kernel, jnp.issubdtype(dtype, jnp.complexfloating))
         h, kernel = h.astype(jnp.complex64), kernel.astype(jnp.complex64)
         c_in, c_out = h.shape[-1], kernel.shape[-1]
         k_re, k_im = (part.reshape(-1, 1, c_in, c_out) for part in (kernel.real, kernel.imag))
         stacked = jnp.concatenate([jnp.concatenate([k_re, k_im], axis=3), jnp.concatenate([-k_im, k_re], axis=3)],
                                   axis=2).reshape(-1, 2 * c_out)
-        y = real_conv(jnp.concatenate([h.real, h.imag], axis=-1), stacked)
+        y = real_conv(jnp.concatenate([h.real, h.imag], axis=-1), stacked, True)
         return jax.lax.complex(y[..., :c_out], y[..., c_out:])
 
     @jax.custom_jvp
     def conv(h, kernel):
-        return xla_conv(h, kernel)
+        return stacked_conv(h, kernel)
 
     def conv_jvp(primals, tangents):
         (h, kernel), (dh, dkernel) = primals, tangents
         terms = []
         if not isinstance(dh, SymbolicZero):
-            terms.append(xla_conv(dh, kernel))
+            terms.append(stacked_conv(dh, kernel))
         if not isinstance(dkernel, SymbolicZero):
-            terms.append(windows(h, neighbours_CxK, n) @ dkernel)
-        return xla_conv(h, kernel), functools.reduce(jnp.add, terms)
+            terms.append(windows(h, shape, kernel_size, pbc) @ dkernel)
+        return stacked_conv(h, kernel), functools.reduce(jnp.add, terms)
 
     conv.defjvp(conv_jvp, symbolic_zeros=True)
     return conv

@@ -107,14 +107,17 @@ def apply_model(model, params, sigma_xN, method: str = "__call__"):
     return out
 
 
-_CONVOLUTIONS: dict = {}  # (model, method) -> whether its evaluation runs a convolution
+_CONVOLUTIONS: dict = {}  # (model, method, argument shapes) -> whether its evaluation runs a convolution
 
 
 def has_convolution(model, params, sigma_xN, method: str = "__call__") -> bool:
     """Whether the model's `method` runs a convolution, read from its jaxpr at the shapes of these
-    arguments (abstract: no device touched); remembered per model and method, or read every time
-    for a model that cannot be hashed."""
-    key = (model, method)
+    arguments (abstract: no device touched; the CNN convolves through products for some shapes,
+    `models.cnn.conv_form`); remembered per model, method and shapes, or read every time for a
+    model that cannot be hashed."""
+    shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
+                                    (params, sigma_xN))
+    key = (model, method, tuple((x.shape, x.dtype) for x in jax.tree_util.tree_leaves(shapes)))
     try:
         return _CONVOLUTIONS[key]
     except KeyError:
@@ -123,8 +126,6 @@ def has_convolution(model, params, sigma_xN, method: str = "__call__") -> bool:
         if "unhashable" not in str(error):
             raise
         key = None
-    shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
-                                    (params, sigma_xN))
     jaxpr = jax.make_jaxpr(lambda p, s: model.apply({"params": p}, s, method=method))(*shapes).jaxpr
     found = _has_primitive(jaxpr, "conv_general_dilated")
     if key is not None:

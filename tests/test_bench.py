@@ -238,9 +238,9 @@ def test_noise_free_sr_sums_over_the_orbits_as_over_all_states(capsys):
     assert lines[0] == "alpha 1: 18 parameters; 153 orbits of 12870 configurations" and len(lines) == 4
 
 
-def test_cnn_conv_bench_compares_the_two_formulations(capsys, monkeypatch):
-    """bench/cnn_conv.py's gathered formulation is the CNN's log psi (so its timings compare the
-    same function), and the script runs on a small case."""
+def test_cnn_conv_bench_compares_the_formulations(capsys, monkeypatch):
+    """bench/cnn_conv.py's forms are the CNN's log psi (so its timings compare the same function),
+    and the script runs on a small case, every form and dtype."""
     import jax
     import jax.numpy as jnp
 
@@ -252,14 +252,17 @@ def test_cnn_conv_bench_compares_the_two_formulations(capsys, monkeypatch):
     conv_spec.loader.exec_module(conv_bench)
     lattice = hb.square(3, total_sz=None)
     model = CNN(channels=2, depth=2, param_dtype=jnp.float64, hilbert=lattice)
-    sigma = jnp.asarray(hb.all_states(lattice))[:40]
+    sigma = jnp.asarray(hb.all_states(lattice))[:100]
     params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
-    assert jnp.allclose(conv_bench.gathered(model)(params, sigma), model.apply({"params": params}, sigma),
-                        rtol=1e-12, atol=1e-12)
-    monkeypatch.setattr(sys, "argv", ["cnn_conv.py", "--L", "2", "--channels", "2", "--depth", "1", "--batch", "64"])
+    for form in ("xla", "windows", "dense", None):
+        assert jnp.allclose(conv_bench.in_form(model, form)(params, sigma), model.apply({"params": params}, sigma),
+                            rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(sys, "argv", ["cnn_conv.py", "--L", "2", "--channels", "2", "--depth", "1",
+                                      "--batches", "4", "70", "--derivatives", "4"])
     conv_bench.main()
     out = capsys.readouterr().out
-    assert out.count("grid_conv") == 3 and out.count("gather ") == 3 and "complex64:" in out
+    assert all(out.count(f"  {form} ") == 4 for form in ("xla", "windows", "dense", "chosen"))
+    assert "complex64:" in out and out.count("log psi of 70:") == 16
 
 
 def test_step_parts_times_the_runner_step_on_its_own_samples(capsys):

@@ -17,6 +17,16 @@ from runner import sampler as smp
 LATTICE = hb.square(4, total_sz=0)
 
 
+@pytest.fixture(autouse=True)
+def xla_convolutions(monkeypatch):
+    """The CNN through XLA's convolution at every batch (`models.cnn.conv_form` takes products
+    for these small lattices and batches), the classification read afresh."""
+    from models import cnn
+
+    monkeypatch.setattr(cnn, "conv_form", lambda *shape: "xla")
+    monkeypatch.setattr(vmc, "_CONVOLUTIONS", {})
+
+
 def _computations(hlo: str) -> dict:
     """{computation name: its text} of a compiled module's HLO text."""
     out, name = {}, None
@@ -139,3 +149,22 @@ def test_an_unhashable_model_is_read_every_time():
     params = model.init(jax.random.PRNGKey(0), sigma)["params"]
     assert vmc.has_convolution(model, params, sigma)
     assert vmc.has_convolution(model, params, sigma)  # again, not from a cache
+
+
+def test_the_classification_follows_each_shapes_form(monkeypatch):
+    """With the CNN's own forms (`models.cnn.conv_form`) a 4 x 4 lattice convolves through
+    products at every batch, so nothing is tied; a lattice past the dense form's limit convolves
+    through XLA's convolution above the windows' batch, and only those shapes are tied."""
+    from models import cnn
+
+    monkeypatch.undo()
+    monkeypatch.setattr(vmc, "_CONVOLUTIONS", {})
+    model = models.CNN(channels=2, kernel_size=3, depth=1, hilbert=LATTICE)
+    params = model.init(jax.random.PRNGKey(0), jnp.ones((1, LATTICE.n_sites), jnp.int8))["params"]
+    small, large = (jnp.ones((b, LATTICE.n_sites), jnp.int8) for b in (cnn.WINDOW_BATCH, cnn.WINDOW_BATCH + 1))
+    assert not vmc.has_convolution(model, params, small)
+    assert not vmc.has_convolution(model, params, large)
+    monkeypatch.setattr(cnn, "DENSE_CELLS_PER_WINDOW", 1)
+    monkeypatch.setattr(vmc, "_CONVOLUTIONS", {})
+    assert not vmc.has_convolution(model, params, small)
+    assert vmc.has_convolution(model, params, large)

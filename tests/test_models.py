@@ -398,8 +398,10 @@ def test_a_constant_channel_carries_the_bias(shape, kernel_size, pbc, dtype):
 @pytest.mark.parametrize("shape,kernel_size,pbc", [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True),
                                                    ((2, 4), 5, True), ((4, 3), 2, False)])
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128, jnp.complex64])
-def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, dtype):
-    """XLA's convolution of the padded grid equals the explicit sum over every cell's kernel
+@pytest.mark.parametrize("form", ["xla", "windows", "dense"])
+def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, dtype, form):
+    """Each of the convolution's formulations (XLA's convolution of the padded grid, the stacked
+    windows' product, the whole layer's matrix) equals the explicit sum over every cell's kernel
     window (`neighbour_table`, zeros outside open boundaries, wrapped more than once where the
     kernel is wider than the lattice), and its hand-made derivative (window products for the
     kernel) equals finite differences, forward and reverse, also batched over samples. complex64
@@ -416,7 +418,7 @@ def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, 
     if jnp.iscomplexobj(jnp.zeros((), dtype)):
         h, kernel = h + 1j * rng.normal(size=h.shape), kernel + 1j * rng.normal(size=kernel.shape)
     h, kernel = jnp.asarray(h, dtype), jnp.asarray(kernel, dtype)
-    conv = grid_conv(shape, kernel_size, pbc)
+    conv = grid_conv(shape, kernel_size, pbc, form)
     tol = 1e-12 if jnp.finfo(dtype).bits == 64 else 2e-5
 
     table = neighbour_table(shape, kernel_size, pbc)
@@ -443,3 +445,39 @@ def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, 
     for i in range(4):
         np.testing.assert_allclose(batched[i], jax.grad(
             lambda k: jnp.sum(jnp.real(conv(h[i:i + 1], k)) * jnp.arange(c_out)))(kernel), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_the_cnn_convolves_by_the_form_its_batch_takes(dtype):
+    """`models.cnn.conv_form`: with real parameters, up to WINDOW_BATCH configurations per call
+    the stacked windows' product, more as one product with the layer's matrix on lattices of at
+    most DENSE_CELLS_PER_WINDOW cells per kernel window, XLA's convolution beyond (and always with
+    complex parameters); the CNN's log psi is the same through each (rounding) and the traced
+    model holds no convolution."""
+    from unittest import mock
+
+    from models import cnn
+    from runner import hilbert as hb
+    from runner.vmc import _has_primitive
+
+    cells, n_window = 16, 9
+    assert cnn.conv_form(cnn.WINDOW_BATCH, cells, n_window) == "windows"
+    assert cnn.conv_form(cnn.WINDOW_BATCH + 1, cells, n_window) == "dense"
+    assert cnn.conv_form(cnn.WINDOW_BATCH + 1, cnn.DENSE_CELLS_PER_WINDOW * n_window, n_window) == "dense"
+    assert cnn.conv_form(cnn.WINDOW_BATCH + 1, cnn.DENSE_CELLS_PER_WINDOW * n_window + 1, n_window) == "xla"
+    assert cnn.conv_form(1, cells, n_window, complex_params=True) == "xla"
+
+    lattice = hb.square(4, total_sz=None)
+    model = cnn.CNN(channels=3, depth=2, param_dtype=dtype, hilbert=lattice)
+    sigma = jnp.asarray(hb.all_states(lattice))[::301][:cnn.WINDOW_BATCH + 8]
+    assert len(sigma) == cnn.WINDOW_BATCH + 8
+    params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
+    logpsi = jax.jit(lambda s: model.apply({"params": params}, s))
+    with mock.patch.object(cnn, "conv_form", lambda *shape: "xla"):
+        reference = jax.jit(lambda s: model.apply({"params": params}, s))(sigma)
+    tol = 1e-12 if dtype == jnp.float64 else 2e-5
+    for batch in (sigma[:cnn.WINDOW_BATCH], sigma):
+        np.testing.assert_allclose(logpsi(batch), reference[:len(batch)], rtol=tol, atol=tol)
+        jaxpr = jax.make_jaxpr(lambda s: model.apply({"params": params}, s))(batch).jaxpr
+        assert not _has_primitive(jaxpr, "conv_general_dilated")
+        assert _has_primitive(jaxpr, "concatenate") and _has_primitive(jaxpr, "dot_general")
