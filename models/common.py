@@ -127,15 +127,43 @@ def _exp_minus_2z(a, b):
     return e * cos_2b, -e * sin_2b
 
 
+# log(1 + e) for e in [0, 1] as 2 atanh(s), s = e / (2 + e) in [0, 1/3], by atanh's series
+# s (1 + s^2/3 + s^4/5 + ...): its terms fall by s^2 <= 1/9, so 16 of them are within 1e-17 of
+# the sum (float32: 7, 1e-8). XLA:CPU's float64 log1p was most of a real CNN's evaluation
+# (docs/benchmarks.md, "log cosh without log1p").
+_ATANH_F64 = tuple(1.0 / (2 * k + 1) for k in range(16))
+_ATANH_F32 = _ATANH_F64[:7]
+
+
+def log1p_unit(e):
+    """log(1 + e) of a real array with 0 <= e <= 1 (not checked), in vectorisable arithmetic,
+    within 2 ulp of log 2 of the exact value.
+
+    Written as 2 e P(s^2) / (2 + e), the division last: XLA:CPU copies a chain of products and
+    sums into every consumer of its result (a CNN layer's nine window slices: the series was
+    computed nine times), but keeps an expensive operation such as a division in one place.
+    """
+    d = 2.0 + e
+    s = e / d
+    return 2.0 * e * _horner(s * s, _ATANH_F32 if e.dtype == jnp.float32 else _ATANH_F64) / d
+
+
 def log_cosh(x):
     """log(cosh(x)) elementwise, stable for large |Re x| and holomorphic for complex x.
 
-    Complex inputs are computed in real arithmetic: XLA's complex log1p is a slow scalar
-    path on CPU, and this form is faster (docs/benchmarks.md) with the same principal branch.
+    Real inputs as |x| - log 2 + log(1 + exp(-2|x|)) with `log1p_unit`; complex inputs in real
+    arithmetic too: XLA's complex log1p is a slow scalar path on CPU, and this form is faster
+    (docs/benchmarks.md) with the same principal branch.
     """
     if not jnp.iscomplexobj(x):
-        x = jnp.abs(x)
-        return x + jnp.log1p(jnp.exp(-2.0 * x)) - jnp.log(2.0).astype(x.dtype)
+        a = jnp.abs(x)
+        log2 = jnp.log(2.0).astype(a.dtype)
+        # Beyond |x| = 20, exp(-2|x|) < 5e-18 is below half an ulp of |x| (float32 and float64):
+        # the select gives the same bits. It also ends the elementwise chain with an operation
+        # XLA:CPU's YNNPACK fusions do not take, which otherwise pulled the whole series into
+        # a fusion with the next matrix product, each coefficient broadcast to a full array
+        # (the ViT's local energies took 1.4x longer).
+        return jnp.where(a > 20.0, a - log2, a + log1p_unit(jnp.exp(-2.0 * a)) - log2)
     s = jnp.where(jnp.real(x) < 0, -1.0, 1.0).astype(jnp.real(x).dtype)
     a, b = jnp.real(x) * s, jnp.imag(x) * s  # z = s x has Re z >= 0; w = exp(-2z), |w| <= 1
     w_re, w_im = _exp_minus_2z(a, b)

@@ -265,6 +265,34 @@ def test_cnn_conv_bench_compares_the_formulations(capsys, monkeypatch):
     assert "complex64:" in out and out.count("log psi of 70:") == 16
 
 
+def test_log_cosh_bench_compares_the_same_function(capsys, monkeypatch):
+    """bench/log_cosh.py's two forms are the same log cosh (elementwise and inside the CNN, where
+    the swap must reach the model), and the script runs on a small case."""
+    import jax
+    import jax.numpy as jnp
+
+    from models.cnn import CNN
+    from runner import hilbert as hb
+
+    spec = importlib.util.spec_from_file_location("bench_log_cosh", REPO / "bench" / "log_cosh.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    x = jnp.linspace(-30.0, 30.0, 1001)
+    old, new = (fn(x) for fn in bench.FORMS.values())
+    assert jnp.allclose(old, new, rtol=0, atol=1e-14)
+    lattice = hb.square(3, total_sz=None)
+    model = CNN(channels=2, depth=2, param_dtype=jnp.float64, hilbert=lattice)
+    sigma = jnp.asarray(hb.all_states(lattice))[:100]
+    params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
+    values = [bench.cnn_logpsi(model, form)(params, sigma) for form in bench.FORMS]
+    assert jnp.allclose(*values, rtol=0, atol=1e-12) and not jnp.array_equal(*values)
+    monkeypatch.setattr(sys, "argv", ["log_cosh.py", "--L", "4", "--channels", "2", "--depth", "1",
+                                      "--elements", "1000", "--scan", "4", "3", "--batch", "20"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert out.count("XLA's log1p") == 3 and out.count("log1p_unit") == 3 and "max |log psi difference|" in out
+
+
 def test_step_parts_times_the_runner_step_on_its_own_samples(capsys):
     """bench/step_parts.py: the four parts on a small config; the local energies it times are
     those the energy and update and the whole step estimate the energy from."""

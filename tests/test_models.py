@@ -7,7 +7,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from models import MLP, RBM, Jastrow
-from models.common import (LOG_PROD_BLOCK, arctan2, log_cosh, log_cosh_series, sincos, sum_log_cosh,
+from models.common import (LOG_PROD_BLOCK, arctan2, log1p_unit, log_cosh, log_cosh_series, sincos, sum_log_cosh,
                            sum_log_cosh_real_part)
 from runner.errors import ConfigError
 
@@ -63,6 +63,26 @@ def test_log_cosh_is_stable_and_exact():
     assert np.all(np.isfinite(log_cosh(x)))
     z = jnp.array([0.3 + 0.7j, -2.0 + 0.1j])
     np.testing.assert_allclose(log_cosh(z), np.log(np.cosh(np.asarray(z))), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_real_log_cosh_without_log1p_against_extended_precision(dtype):
+    """log1p_unit on [0, 1] and the real log cosh built on it, values and derivatives, against
+    NumPy's long double (80-bit on x86: exact enough to judge the last bit of a double)."""
+    eps = np.finfo(dtype).eps
+    e = np.linspace(0.0, 1.0, 20001).astype(dtype)
+    exact = np.log1p(e.astype(np.longdouble))
+    assert np.max(np.abs(np.asarray(log1p_unit(jnp.asarray(e))) - exact)) <= 2 * eps * np.log(2.0)
+    x = (np.random.default_rng(0).normal(size=20000) * np.array([1e-3, 1.0, 10.0]).repeat(6667)[:20000]).astype(dtype)
+    x = np.concatenate([x, np.array([0.0, 18.0, -19.0, 40.0, 710.0, -800.0], dtype)])
+    a = np.abs(x.astype(np.longdouble))
+    exact = a + np.log1p(np.exp(-2 * a)) - np.log(np.longdouble(2))
+    got = np.asarray(log_cosh(jnp.asarray(x)))
+    assert got.dtype == dtype
+    # within a few ulp of the larger of |x| and log 2 (the terms the sum is made of)
+    assert np.all(np.abs(got - exact) <= 4 * eps * np.maximum(a, np.log(2.0)))
+    slope = np.asarray(jax.vmap(jax.grad(log_cosh))(jnp.asarray(x)))
+    assert np.all(np.abs(slope - np.tanh(x.astype(np.longdouble))) <= 8 * eps)
 
 
 def test_log_cosh_series_is_log_cosh_to_sixth_order():
