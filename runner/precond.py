@@ -245,6 +245,20 @@ def _replicated(x):
     return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec())
 
 
+def _after(x, y):
+    """x, made to depend on y (x + 0 y[0], which XLA does not fold: 0 NaN is NaN).
+
+    XLA:CPU runs independent operations concurrently, each device in its own order: a
+    collective inside a loop (the kernel's chunk gathers) and an independent one outside it
+    (the gather of the right-hand side for the solve) then ran in opposite orders on two
+    devices, each waiting for the other forever (the 6 x 6 ViT's step on two virtual devices,
+    docs/benchmarks.md). Gathering y first and starting the loop from x orders them."""
+    if y is None:
+        return x
+    first = jnp.real(jnp.ravel(y)[0]).astype(jnp.real(x).dtype)
+    return x + jnp.zeros((), first.dtype) * first
+
+
 def _by_chain_pairs(Obar_PxS, eps_S, n_chains, one_chain):
     """The sum over chains of one_chain(Obar's columns of the chain, its eps), pair by pair
     (see `_gram_and_force`)."""
@@ -470,20 +484,20 @@ def _chunks_of(jac: Jacobian) -> SampleChunks:
     return SampleChunks(1, start)
 
 
-def parameter_kernel(chunks: SampleChunks, mode, param_chunk_size=None):
+def parameter_kernel(chunks: SampleChunks, mode, param_chunk_size=None, after=None):
     """`sample_kernel`, or with `param_chunk_size` the sum of the kernels of the chunks'
     parameter blocks (`SampleChunks.by_parameters`), one block after another in a fixed order:
     what is held is a block's columns of two chunks, not all P. Chunks that offer no blocks (a
-    dense Jacobian's, whole anyway) give their kernel whole."""
+    dense Jacobian's, whole anyway) give their kernel whole. `after`: as in `sample_kernel`."""
     if param_chunk_size is None or chunks.by_parameters is None:
-        return sample_kernel(chunks, mode)
+        return sample_kernel(chunks, mode, after)
     blocks = chunks.by_parameters(param_chunk_size)
-    kernels = [functools.partial(sample_kernel, block, mode) for block in blocks]
+    kernels = [functools.partial(sample_kernel, block, mode, after) for block in blocks]
     if len(kernels) == 1:
         return kernels[0]()
     # One block per iteration of a loop (a branch of a switch each): the blocks' buffers are
     # never live together, as they could be in straight-line code.
-    return jax.lax.fori_loop(1, len(kernels), lambda j, T: T + jax.lax.switch(j, kernels), kernels[0]())
+    return jax.lax.fori_loop(1, len(kernels), lambda j, T: T + jax.lax.switch(j, kernels), _after(kernels[0](), after))
 
 
 def _kernel_rows(Obar_CxtxP, mode):
@@ -506,7 +520,7 @@ def _kernel_block(R_axP, R_bxP):
     return jax.lax.complex(ar @ br.T + ai @ bi.T, ai @ br.T - ar @ bi.T)
 
 
-def sample_kernel(chunks: SampleChunks, mode):
+def sample_kernel(chunks: SampleChunks, mode, after=None):
     """minSR's kernel T = A A^H [Q, Q] (Q = G N_s; G as in `_kernel_rows`), built block by block
     from the chunks of Obar, in kernel order: chunk, chain, G, sample of the chunk.
 
@@ -515,7 +529,8 @@ def sample_kernel(chunks: SampleChunks, mode):
     lower blocks are the conjugate transposes of the upper ones (n (n + 1) / 2 of the n^2 block
     products). Compiled under a mesh, each device makes the rows of its own chains, then chunk
     b alone is gathered onto every device (never the whole Obar) and each device multiplies its
-    rows of a with it; T is gathered (replicated) for the solve.
+    rows of a with it; T is gathered (replicated) for the solve. With `after` (an array), the
+    loops start only once it is computed (`_after`).
     """
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
@@ -531,7 +546,7 @@ def sample_kernel(chunks: SampleChunks, mode):
         return whole(_kernel_block(R_QxP, whole(R_QxP)))
     R_shape = jax.eval_shape(chunk_rows, 0)
     Q, dtype = R_shape.shape[0], R_shape.dtype
-    T_nQxnQ = whole(jnp.zeros((chunks.n, Q, chunks.n, Q), dtype))
+    T_nQxnQ = _after(whole(jnp.zeros((chunks.n, Q, chunks.n, Q), dtype)), after)
 
     def outer(a, T):
         R_a = chunk_rows(a)
@@ -578,20 +593,19 @@ def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momen
     n_samples = C * t * chunks.n
     shape = (chunks.n, C, b.shape[0] // n_samples, t)
     to_kernel, from_kernel = _kernel_order(shape), _kernel_order(shape, inverse=True)
-    T_QxQ = _shifted(parameter_kernel(chunks, mode, param_chunk_size), diag_shift)
+    # The right-hand side whole on every device before the kernel's loops start (`_after`).
+    b_Q = _replicated(to_kernel(b if not momentum else 2.0 * b - momentum * jac.matvec(state)))
+    T_QxQ = _shifted(parameter_kernel(chunks, mode, param_chunk_size, after=b_Q), diag_shift)
     if not momentum:
-        b_Q = to_kernel(b)
-        y_Q = _solve_psd(T_QxQ, b_Q, solver)
+        y_Q = _replicated(_solve_psd(T_QxQ, b_Q, solver))
         x = 2.0 * jac.rmatvec(from_kernel(y_Q))
         # x = 2 A^H y, F = 2 A^H b and (A A^H + shift) y = b give x^H F = 4 (|b|^2 - shift y^H b);
         # the dot products over samples on every device whole (the same bits on every layout).
-        b_Q, y_Q = _replicated(b_Q), _replicated(y_Q)
         x, info = _capped(x, 4.0 * (_real_dot(b_Q, b_Q) - diag_shift * _real_dot(y_Q, b_Q)), diag_shift, max_norm)
         return x, state, info
     group_Q = jnp.broadcast_to(jnp.arange(shape[2])[:, None], shape).reshape(-1)
     ones_QxQ = (group_Q[:, None] == group_Q[None, :]).astype(T_QxQ.dtype) / n_samples
-    r = 2.0 * b - momentum * jac.matvec(state)
-    x = jac.rmatvec(from_kernel(_solve_psd(T_QxQ + ones_QxQ, to_kernel(r), solver))) + momentum * state
+    x = jac.rmatvec(from_kernel(_solve_psd(T_QxQ + ones_QxQ, b_Q, solver))) + momentum * state
     return x, x, {}
 
 

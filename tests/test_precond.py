@@ -409,3 +409,13 @@ def test_spring_state_survives_checkpoint_and_resume(tmp_path):
     app.execute(experiment, layout, tmp_path / "resumed")
     app.execute(experiment, layout, tmp_path / "straight")
     assert_identical_runs(tmp_path / "resumed", tmp_path / "straight")
+
+
+def test_the_kernel_loops_start_after_the_right_hand_side():
+    """`precond._after` ties x to y through a value XLA cannot fold away (a NaN in y reaches x):
+    minSR starts its kernel's loops from it, so the gather of the right-hand side runs first on
+    every device (two devices once waited on each other's collectives forever without it)."""
+    _after = precond._after
+    tied = jax.jit(_after)(jnp.zeros(3), jnp.asarray([np.nan, 1.0]))
+    assert np.all(np.isnan(np.asarray(tied)))
+    np.testing.assert_array_equal(jax.jit(_after)(jnp.arange(3.0), jnp.ones(2) + 1j), np.arange(3.0))
