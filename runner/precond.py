@@ -497,7 +497,7 @@ def parameter_kernel(chunks: SampleChunks, mode, param_chunk_size=None, after=No
         return kernels[0]()
     # One block per iteration of a loop (a branch of a switch each): the blocks' buffers are
     # never live together, as they could be in straight-line code.
-    return jax.lax.fori_loop(1, len(kernels), lambda j, T: T + jax.lax.switch(j, kernels), _after(kernels[0](), after))
+    return jax.lax.fori_loop(1, len(kernels), lambda j, T: T + jax.lax.switch(j, kernels), kernels[0]())
 
 
 def _kernel_rows(Obar_CxtxP, mode):
@@ -530,7 +530,8 @@ def sample_kernel(chunks: SampleChunks, mode, after=None):
     products). Compiled under a mesh, each device makes the rows of its own chains, then chunk
     b alone is gathered onto every device (never the whole Obar) and each device multiplies its
     rows of a with it; T is gathered (replicated) for the solve. With `after` (an array), the
-    loops start only once it is computed (`_after`).
+    kernel's gathers and loops start only once it is computed (`_after`), and so does a loop
+    around the kernel (`parameter_kernel`'s over parameter blocks).
     """
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
@@ -542,7 +543,7 @@ def sample_kernel(chunks: SampleChunks, mode, after=None):
     rows = chunks.start()
     chunk_rows = lambda k: spread(_kernel_rows(rows(k), mode))  # noqa: E731
     if chunks.n == 1:
-        R_QxP = chunk_rows(0)
+        R_QxP = _after(chunk_rows(0), after)
         return whole(_kernel_block(R_QxP, whole(R_QxP)))
     R_shape = jax.eval_shape(chunk_rows, 0)
     Q, dtype = R_shape.shape[0], R_shape.dtype
