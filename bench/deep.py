@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +67,7 @@ SIDES = {"vmc": "vmc-runner", "nk": "NetKet VMC_SR (NTK)"}
 # Each code on one CPU device and on two (ours: `parallel=sharded parallel.cpu_devices=2`; NetKet:
 # NETKET_EXPERIMENTAL_SHARDING_CPU=2, its chains sharded over both), and NetKet also without the
 # runner's raised small-loop threshold (XLA's own 1 kB: XLA:CPU then compiles no Metropolis loop
-# into one kernel, which slows a convolution there; runner.parallel.outside_loop_kernels keeps our
+# into one kernel, which slows a convolution there; runner.core.kernels.outside_loop_kernels keeps our
 # CNN's loops out of them). "At its best" is each code's fastest variant (median s/iter).
 VARIANTS = {
     "vmc 1": ("vmc", 1, False), "vmc 2": ("vmc", 2, False),
@@ -88,7 +87,7 @@ def overrides(case, n_iter=N_ITER, seed=0):
 
 
 def lattice():
-    from runner import hilbert
+    from runner.physics import hilbert
 
     return hilbert.square(L, total_sz=0)
 
@@ -104,7 +103,7 @@ def our_model(case):
 
 
 def init_key(seed):
-    """The key our runner initialises parameters with (`runner.vmc.init_state`)."""
+    """The key our runner initialises parameters with (`runner.core.vmc.init_state`)."""
     import jax
 
     return jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
@@ -131,14 +130,15 @@ def check_hamiltonians(H, model, params, n_states=16, seed=123):
     import jax.numpy as jnp
     import numpy as np
 
-    from runner import operators, sampler
+    from runner.core import local_energy, sampler
+    from runner.physics import hamiltonians
 
     h = lattice()
-    ours_H = operators.heisenberg(h, 1.0, 0.5, True)
+    ours_H = hamiltonians.heisenberg(h, 1.0, 0.5, True)
     keys = jax.random.split(jax.random.PRNGKey(seed), n_states)
     sigma_SxN = np.asarray(jax.vmap(lambda k: sampler.random_state(h, k))(keys))
     logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
-    ours = np.asarray([operators.local_energy(ours_H, logpsi, params, jnp.asarray(s)) for s in sigma_SxN])
+    ours = np.asarray([local_energy.local_energy(ours_H, logpsi, params, jnp.asarray(s)) for s in sigma_SxN])
     conn, mels = H.get_conn_padded(sigma_SxN.astype(np.float64))
     log_conn = np.asarray(logpsi(params, jnp.asarray(conn)))
     log_s = np.asarray(logpsi(params, jnp.asarray(sigma_SxN)))
@@ -164,7 +164,6 @@ def netket_main(argv):
     jax.config.update("jax_enable_x64", True)
     import netket as nk
     import numpy as np
-
     from netket_cases import _Timer, synchronize
     from run import REPORTED_ENV
 
@@ -303,7 +302,6 @@ def describe(case):
 def render(rows, args, env):
     """The "Deep models" section (markdown)."""
     import jax
-
     from run import process_settings
 
     try:

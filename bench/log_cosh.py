@@ -15,16 +15,16 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-from runner import parallel
+from runner.parallel import runtime
 
-parallel.configure_runtime()
+runtime.configure_runtime()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from models import common  # noqa: E402
 from models.cnn import CNN  # noqa: E402
-from runner import hilbert as hb  # noqa: E402
+from runner.physics import hilbert as hb  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import seconds  # noqa: E402

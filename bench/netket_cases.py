@@ -48,9 +48,8 @@ import resource
 import sys
 import time
 
-import numpy as np
-
 import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner.parallel import configure_runtime  # noqa: E402
+from runner.parallel.runtime import configure_runtime  # noqa: E402
 
 configure_runtime()
 
@@ -35,14 +35,15 @@ import numpy as np  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
 from models import RBMSymm, fast_paths  # noqa: E402
-from runner import hilbert as hb  # noqa: E402
-from runner import exact, operators  # noqa: E402
-from runner import sampler as smp  # noqa: E402
+from runner.core import local_energy  # noqa: E402
+from runner.core import sampler as smp  # noqa: E402
+from runner.physics import exact, hamiltonians
+from runner.physics import hilbert as hb  # noqa: E402
 
 
 def orbits(lattice):
     """One configuration per space-group orbit of the Sz = 0 sector, and the orbit sizes
-    (`runner.sampler.orbits`, which `sampler=full_sum sampler.symmetry=lattice` sums over)."""
+    (`runner.core.sampler.orbits`, which `sampler=full_sum sampler.symmetry=lattice` sums over)."""
     states = hb.all_states(lattice)
     reps, sizes = smp.orbits(states, np.asarray(lattice.space_group))
     return jnp.asarray(reps, jnp.int8), jnp.asarray(sizes, jnp.float64), len(states)
@@ -55,7 +56,7 @@ def weighted_local_energies(ham, model, params, states, sizes):
     log_psi = logpsi(params, states)
     w = sizes * jnp.exp(2 * (log_psi.real - log_psi.real.max()))
     ratio = fast_paths.resolve(model).ratio
-    eloc = jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio))(states)
+    eloc = jax.vmap(lambda s: local_energy.local_energy(ham, logpsi, params, s, ratio_fn=ratio))(states)
     return w / w.sum(), eloc
 
 
@@ -69,10 +70,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     lattice = hb.square(4, total_sz=0)
-    ham = operators.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
     model = RBMSymm(alpha=args.alpha, group="lattice", param_dtype=jnp.complex128, hilbert=lattice)
     states, sizes, n_states = orbits(lattice)
-    key = jax.random.fold_in(jax.random.PRNGKey(args.seed), 2**31 - 1)  # as runner.vmc.init_state
+    key = jax.random.fold_in(jax.random.PRNGKey(args.seed), 2**31 - 1)  # as runner.core.vmc.init_state
     flat, unravel = ravel_pytree(model.init(key, states[0])["params"])
     exact_energy = exact.ground_energy(ham, lattice)
     logpsi = lambda f, s: model.apply({"params": unravel(f)}, s)  # noqa: E731

@@ -45,9 +45,9 @@ def one(chunk, k):
     import jax.numpy as jnp
     import numpy as np
 
-    from runner import precond
-    from runner.build import build
-    from runner.vmc import gradient_mode, init_state, jacobian, parameter_blocks
+    from runner.config.build import build
+    from runner.core import precond
+    from runner.core.vmc import gradient_mode, init_state, jacobian, parameter_blocks
     from tests.test_config import compose_config
 
     experiment = build(compose_config(CASE))

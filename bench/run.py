@@ -80,7 +80,7 @@ REPORTED_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "X
 
 def process_env(base=None) -> dict:
     """The environment of every timed process: `base` (default: this process's) with the
-    process settings vmc-runner applies to itself (`runner.parallel.configure_runtime`:
+    process settings vmc-runner applies to itself (`runner.parallel.runtime.configure_runtime`:
     OPENBLAS_NUM_THREADS, glibc's MALLOC_ settings, XLA:CPU's small-loop threshold in XLA_FLAGS)
     already applied.
 
@@ -88,7 +88,7 @@ def process_env(base=None) -> dict:
     and NetKet run under identical settings.
     """
     sys.path.insert(0, str(REPO))
-    from runner.parallel import configure_runtime
+    from runner.parallel.runtime import configure_runtime
 
     env = dict(os.environ if base is None else base)
     with mock.patch.dict(os.environ, env, clear=True):
@@ -133,13 +133,13 @@ def reference_energy(case):
     if case == "tfim2d":
         return None
     sys.path.insert(0, str(REPO))
-    from runner import exact, hilbert, operators
+    from runner.physics import exact, hamiltonians, hilbert
 
     if case == "tfim1d":
         h = hilbert.chain(20)
-        return exact.ground_energy(operators.ising(h, 1.0, 1.0), h)
+        return exact.ground_energy(hamiltonians.ising(h, 1.0, 1.0), h)
     h = hilbert.chain(16, total_sz=0)
-    return exact.ground_energy(operators.heisenberg(h, 1.0, 0.0, None), h)
+    return exact.ground_energy(hamiltonians.heisenberg(h, 1.0, 0.0, None), h)
 
 
 EXACT_STATE_CASES = ("tfim1d", "heis1d")  # spaces small enough to sum over exactly
@@ -161,7 +161,7 @@ def composed_experiment(overrides):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from runner.build import build
+    from runner.config.build import build
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
@@ -195,7 +195,8 @@ def our_final_params(case, run_dir):
     import jax
     import jax.numpy as jnp
 
-    from runner import checkpoint, vmc
+    from runner.core import vmc
+    from runner.run import checkpoint
 
     ex = experiment(case)
     sigma_N = jnp.ones((ex.hilbert.n_sites,), jnp.int8)
@@ -213,7 +214,7 @@ def exact_state_energy(case, params, chunk=2**16):
     import jax.numpy as jnp
     import numpy as np
 
-    from runner import exact, hilbert
+    from runner.physics import exact, hilbert
 
     ex = experiment(case)
     states = hilbert.all_states(ex.hilbert)

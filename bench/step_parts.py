@@ -8,16 +8,16 @@ step, each jitted alone and timed on the run's initial state:
 Arguments are Hydra overrides of the runner's config (as for `python -m runner`). Each part is
 run once to compile, then `--repeat` times; the mean wall time of those is printed in ms. The
 parts overlap (the step contains all of them), so they do not add up to the step. The runner's
-own process settings apply (`runner.parallel.configure_runtime`).
+own process settings apply (`runner.parallel.runtime.configure_runtime`).
 """
 
 import argparse
 import sys
 from pathlib import Path
 
-from runner import parallel
+from runner.parallel import distributed, mesh, runtime
 
-parallel.configure_runtime()
+runtime.configure_runtime()
 
 import jax  # noqa: E402
 
@@ -28,7 +28,7 @@ from run import composed_experiment, seconds  # noqa: E402
 def experiment_of(overrides):
     """The runner's Experiment for `overrides`, its devices initialised."""
     experiment = composed_experiment(overrides)
-    parallel.initialize(experiment.parallel, experiment.x64)
+    distributed.initialize(experiment.parallel, experiment.x64)
     return experiment
 
 
@@ -40,10 +40,11 @@ def mean_ms(fn, *args, repeat):
 
 def parts(experiment, repeat: int) -> dict:
     """{part: (ms, its output)} for the draw, local energies, energy and update, and the whole step."""
-    from runner import app, vmc
+    from runner import app
+    from runner.core import vmc
 
     problem = experiment.problem
-    layout = parallel.make_mesh(experiment.parallel["backend"])
+    layout = mesh.make_mesh(experiment.parallel["backend"])
     state, _ = app._place_state(problem, experiment.settings, layout)
     out = {"draw": mean_ms(jax.jit(lambda params, chains: vmc.draw(problem, params, chains)),
                            state.params, state.chains, repeat=repeat)}

@@ -52,7 +52,7 @@ class FastPaths(NamedTuple):
     """What the VMC core uses from a model's declared fast paths (None where not declared).
 
     ratio: (params, sigma_N, sites_KxJ, delta_KxJ) -> psi(s'_k) / psi(s) [K];
-    amplitude: (prepare, init, update) for `runner.sampler.Amplitude`;
+    amplitude: (prepare, init, update) for `runner.core.sampler.Amplitude`;
     jacobian_products: the model's `jacobian_products`.
     """
 

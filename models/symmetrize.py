@@ -15,7 +15,7 @@ PARITIES = (None, 1, -1)
 
 @dataclasses.dataclass(frozen=True)
 class Lattice:
-    """What the models read from the runner's `runner.hilbert.Hilbert`, as hashable tuples.
+    """What the models read from the runner's `runner.physics.hilbert.Hilbert`, as hashable tuples.
 
     Attributes:
         n_sites: N.
@@ -24,7 +24,7 @@ class Lattice:
         pbc: periodic boundaries.
         translations: T rows of N site indices, row t: site i -> its image (row 0 identity).
         space_group: G rows of N site indices, the lattice's space group (point group and
-            translations, see `runner.hilbert.Hilbert.space_group`): row 0 the identity, rows
+            translations, see `runner.physics.hilbert.Hilbert.space_group`): row 0 the identity, rows
             0..T-1 the translations; () when the lattice does not give one (the identity alone).
     """
 

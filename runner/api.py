@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from runner import restore
+from runner.run import restore
 
 
 class Estimate(NamedTuple):
@@ -31,7 +31,7 @@ class TrainedRun:
         import jax
         import jax.numpy as jnp
 
-        from runner.vmc import final_burn_in
+        from runner.core.vmc import final_burn_in
 
         self.run_dir = trained.run_dir
         self.config = trained.config
@@ -88,7 +88,7 @@ class TrainedRun:
         Returns:
             NumPy E_loc [K] (complex for complex parameters).
         """
-        from runner.vmc import local_energies_of
+        from runner.core.vmc import local_energies_of
 
         sigma = self._checked(sigma)
         if sigma.ndim != 2:
@@ -97,11 +97,11 @@ class TrainedRun:
 
     def peak_check(self, n_samples: int | None = None, n_starts: int = 32, seed: int = 0) -> dict:
         """Looks for configurations with more |psi|^2 than every one of `n_samples` fresh samples
-        (default: the run's n_samples), continuing the run's chains: `runner.peaks.check`, whose
+        (default: the run's n_samples), continuing the run's chains: `runner.diagnostics.peaks.check`, whose
         "wrong" says the samples cannot be from |psi|^2."""
         import numpy as np
 
-        from runner import peaks
+        from runner.diagnostics import peaks
 
         n = n_samples or self.sampler.n_samples
         sampled = float(np.max(np.real(np.asarray(self.log_psi(self.sample(n))))))
@@ -120,7 +120,7 @@ class TrainedRun:
     def _sampler(self, n: int):
         import dataclasses
 
-        from runner.sampler import FullSumSampler, _check_counts
+        from runner.core.sampler import FullSumSampler, _check_counts
 
         if isinstance(self.sampler, FullSumSampler):
             raise ValueError("this run sums over every configuration (sampler=full_sum) and draws no samples; "
@@ -130,11 +130,11 @@ class TrainedRun:
 
     def _draw(self, n: int):
         """sigma [C, n / C, N], continuing the run's chains (each call gives new samples; the first
-        after the run's final burn-in, `runner.vmc.final_burn_in`)."""
+        after the run's final burn-in, `runner.core.vmc.final_burn_in`)."""
         import jax
 
-        from runner import vmc
-        from runner.sampler import sample
+        from runner.core import vmc
+        from runner.core.sampler import sample
 
         if self._burn_in_sweeps:  # chains that sampled |psi|^p in training: the run's final burn-in first
             sweeps, self._burn_in_sweeps = self._burn_in_sweeps, 0
@@ -159,9 +159,9 @@ class TrainedRun:
         return np.asarray(self._draw(n)).reshape(n, self.hilbert.n_sites)
 
     def _observables_for(self, observable):
-        """The `runner.observables.Observables` that measures `observable` (see `expect`), None
+        """The `runner.physics.observables.Observables` that measures `observable` (see `expect`), None
         for "energy"."""
-        from runner import observables, operators
+        from runner.physics import observables, pauli
 
         if isinstance(observable, str):
             if observable == "energy":
@@ -173,7 +173,7 @@ class TrainedRun:
                      *observables.SPIN_NAMES]
             raise KeyError(f"unknown observable {observable!r}; known: {', '.join(dict.fromkeys(known))}, "
                            "or a list of Pauli terms {coeff, ops, on}")
-        if not isinstance(observable, operators.PauliSum):
+        if not isinstance(observable, pauli.PauliSum):
             observable = observables.pauli_terms(self.hilbert, "expression", list(observable))
         return observables.make(self.hilbert, self.hamiltonian, [("expression", observable)])
 
@@ -185,7 +185,7 @@ class TrainedRun:
             observable: "energy"; a name of the run's observables or of the `spin` set
                 (magnetization_x, magnetization_z, mz2, zz_nn, xx_nn, structure_factor_zz); a
                 list of Pauli terms in the `pauli` Hamiltonian format ({coeff, ops, on}, in the
-                user's original basis); or a `runner.operators.PauliSum` in that basis.
+                user's original basis); or a `runner.physics.pauli.PauliSum` in that basis.
             n_samples: a multiple of the run's `sampler.n_chains` (not used after sampler=full_sum,
                 whose values are exact sums over every configuration, error 0).
 
@@ -194,17 +194,17 @@ class TrainedRun:
         """
         import jax
 
-        from runner import observables
-        from runner.sampler import FullSumSampler
+        from runner.core import observe
+        from runner.core.sampler import FullSumSampler
 
         obs = self._observables_for(observable)
         if isinstance(self.sampler, FullSumSampler):  # exact: every configuration, weighted by |psi|^2
             sigma_CxTxN, w_CxT = jax.jit(functools.partial(
-                observables.every_configuration, self.sampler, self._problem.amplitude))(self.params)
+                observe.every_configuration, self.sampler, self._problem.amplitude))(self.params)
         else:
             sigma_CxTxN, w_CxT = self._draw(n_samples or self.sampler.n_samples), None
         if obs is not None:
-            value = observables.expect(obs, self._problem, self.params, sigma_CxTxN, w_CxT)[
+            value = observe.expect(obs, self._problem, self.params, sigma_CxTxN, w_CxT)[
                 observable if isinstance(observable, str) else "expression"]
             return Estimate(value["mean"], value["error"])
         T = sigma_CxTxN.shape[1]
@@ -223,7 +223,7 @@ def _energy_statistics(problem, T: int):
 
     import jax
 
-    from runner import stats, vmc
+    from runner.core import stats, vmc
 
     C = problem.sampler.n_chains
     at_once = problem.chunk_per_chain or max(1, problem.sampler.n_samples // C)
@@ -245,7 +245,7 @@ def load(run_dir) -> TrainedRun:
         A TrainedRun: `.config`, `.params`, `.log_psi(sigma)`, `.local_energies(sigma)`,
         `.sample(n)`, `.expect(O)`, `.peak_check()`, `.metrics`.
     """
-    from runner.parallel import configure_runtime
+    from runner.parallel.runtime import configure_runtime
 
     configure_runtime()  # effective only if JAX has not started yet
     import jax

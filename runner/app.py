@@ -15,17 +15,20 @@ import jax
 import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
-from runner import checkpoint, health, parallel, peaks
-from runner.build import Experiment, build
-from runner import observables
-from runner import fingerprint, restore, sweep_cache
-from runner import hparams_search, loggers
+from runner.config import fingerprint
+from runner.config.build import Experiment, build
+from runner.core import observe
+from runner.core.sampler import ExactSampler, FullSumSampler
+from runner.core.vmc import burn_in, estimate, final_burn_in, full_sum_invariance_error, init_state, vmc_step
+from runner.diagnostics import health, peaks
 from runner.errors import ConfigError
-from runner.exact import ground_energy, wants_exact
-from runner.plot import plot_energy
-from runner.preemption import StopRequest, exit_status
-from runner.sampler import ExactSampler, FullSumSampler
-from runner.vmc import burn_in, estimate, final_burn_in, full_sum_invariance_error, init_state, vmc_step
+from runner.outputs import loggers
+from runner.outputs.plot import plot_energy
+from runner.parallel import distributed, mesh
+from runner.physics import observables
+from runner.physics.exact import ground_energy, wants_exact
+from runner.run import checkpoint, hparams_search, restore, sweep_cache
+from runner.run.preemption import StopRequest, exit_status
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +93,9 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
         except ConfigError as err:
             conflict = err
             raise
-        parallel.initialize(experiment.parallel, experiment.x64)
-        layout = parallel.make_mesh(experiment.parallel["backend"])
-        parallel.check_chains(experiment.problem.sampler.n_chains, layout)
+        distributed.initialize(experiment.parallel, experiment.x64)
+        layout = mesh.make_mesh(experiment.parallel["backend"])
+        mesh.check_chains(experiment.problem.sampler.n_chains, layout)
         hparams_search.check(config)
         tracking = loggers.setup(config, run_dir, _sweep_dir())  # a missing library is a config error
     except ConfigError as err:
@@ -104,7 +107,7 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
         if from_hydra:
             _remove_if_new(run_dir, new_dirs)
         sys.exit(2)
-    except parallel.DistributedInitError as err:
+    except distributed.DistributedInitError as err:
         print(err, file=sys.stderr)
         sys.exit(1)
     _quiet_other_ranks()
@@ -151,7 +154,7 @@ def _paths(model) -> str:
     return "the model's fast paths: " + ", ".join(names)
 
 
-def _header(experiment: Experiment, layout: parallel.Layout, config: dict):
+def _header(experiment: Experiment, layout: mesh.Layout, config: dict):
     """The start-up header: what is about to run, before any heavy work."""
     hilbert, settings = experiment.hilbert, experiment.settings
     sigma_N = jax.ShapeDtypeStruct((hilbert.n_sites,), jnp.int8)
@@ -288,13 +291,13 @@ def _place_state(problem, settings, layout):
     """Initial state, created directly with its shardings (chains split, rest replicated)."""
     sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
     init = functools.partial(init_state, problem, settings.seed, sigma_N)
-    shardings = parallel.shard_state(jax.eval_shape(init), layout)
+    shardings = mesh.shard_state(jax.eval_shape(init), layout)
     return jax.jit(init, out_shardings=shardings)(), shardings
 
 
 def _restore(run_dir, state, shardings):
     loaded, meta = checkpoint.load(run_dir / "checkpoint", state)
-    return parallel.from_host(loaded, shardings), meta
+    return mesh.from_host(loaded, shardings), meta
 
 
 def _progress(n_iter, start):
@@ -304,7 +307,7 @@ def _progress(n_iter, start):
     return tqdm(total=n_iter, initial=start, disable=None, file=sys.stderr, dynamic_ncols=True)
 
 
-def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
+def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
             stop: StopRequest | None = None, tracking: loggers.Tracking | None = None) -> dict:
     """The run loop: init or resume, step, log, checkpoint, estimate, summarise.
 
@@ -356,13 +359,13 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
         else:
             t = time.perf_counter()
             # Under the mesh, dense SR gathers Obar onto every device and forms the Gram matrix
-            # in one product (runner/precond.py): bitwise equal on every layout, and as fast as
+            # in one product (runner/core/precond.py): bitwise equal on every layout, and as fast as
             # the layout-dependent product.
             with jax.set_mesh(layout.mesh):
                 step_fn = (
                     jax.jit(
                         functools.partial(vmc_step, problem,
-                                          observe=observables.step_observer(experiment.observables, problem)),
+                                          observe=observe.step_observer(experiment.observables, problem)),
                         in_shardings=(shardings,),
                         out_shardings=(shardings, layout.replicated),
                     )
@@ -378,7 +381,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
             if experiment.observables is None:
                 est = jax.jit(_burnt_in(problem, functools.partial(estimate, problem, n_rounds=settings.final_rounds)),
                               in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
-                final = {k: _finite(v) for k, v in parallel.to_host(est(state)[1]).items()}
+                final = {k: _finite(v) for k, v in mesh.to_host(est(state)[1]).items()}
             else:
                 final, observed = _estimate_with_observables(experiment, state, shardings, layout)
             peak_check = _peak_check(problem, settings, state, final)
@@ -416,7 +419,7 @@ def execute(experiment: Experiment, layout: parallel.Layout, run_dir: Path,
 
 def _burnt_in(problem, estimate_fn):
     """`estimate_fn` (state -> (chains, metrics)) after the final estimate's burn-in
-    (`runner.vmc.final_burn_in`: chains that sampled |psi|^p, p != 2, in training)."""
+    (`runner.core.vmc.final_burn_in`: chains that sampled |psi|^p, p != 2, in training)."""
     sweeps = final_burn_in(problem.sampler)
     return lambda state: estimate_fn(burn_in(problem, state, sweeps))
 
@@ -428,10 +431,10 @@ def _estimate_with_observables(experiment, state, shardings, layout):
         (final energy metrics, (summary fields, correlations.json)).
     """
     problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
-    fn = functools.partial(observables.estimate, problem, obs, n_rounds=settings.final_rounds)
+    fn = functools.partial(observe.estimate, problem, obs, n_rounds=settings.final_rounds)
     est = jax.jit(_burnt_in(problem, fn),
                   in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
-    energy, measured = parallel.to_host(est(state)[1])
+    energy, measured = mesh.to_host(est(state)[1])
     n_per_chain = settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains
     fields, correlations = observables.results(obs, measured, n_per_chain)
     for name, value in fields["observables"].items():
@@ -441,12 +444,12 @@ def _estimate_with_observables(experiment, state, shardings, layout):
 
 
 def _peak_check(problem, settings, state, final):
-    """`runner.peaks.check` at the final parameters, from the chains' last configurations and
+    """`runner.diagnostics.peaks.check` at the final parameters, from the chains' last configurations and
     `peak_search` uniform ones; None after a full sum (no sample to miss anything) or with
     peak_search=0. Every process runs the same search on its own default device."""
     if final.get("log_abs_max") is None or settings.peak_search == 0:  # before the collective below
         return None
-    params, sigma_CxN = parallel.to_host((state.params, state.chains.sigma_CxN))  # a collective
+    params, sigma_CxN = mesh.to_host((state.params, state.chains.sigma_CxN))  # a collective
     result = peaks.check_estimate(problem, params, final, sigma_CxN, settings.peak_search, settings.seed)
     log.info("peak search (%s): largest |psi|^2 found e^%.1f times the samples' largest", result["method"],
              result["log_ratio"])
@@ -455,7 +458,7 @@ def _peak_check(problem, settings, state, final):
 
 def _chain_restarter(problem, settings, shardings):
     """(state, step) -> (state, {"peak_log_ratio"}): chain number (step / peak_restart_every) mod C
-    moved to the largest |psi| that `runner.peaks` finds from the chains' configurations and
+    moved to the largest |psi| that `runner.diagnostics.peaks` finds from the chains' configurations and
     `peak_search` uniform ones (drawn from the seed and the step), and the log of its |psi|^2 over
     the chains' largest. Every process runs the same search; the chain is set in the global array."""
     at = peaks.log_abs_evaluator(problem)
@@ -463,7 +466,7 @@ def _chain_restarter(problem, settings, shardings):
                         out_shardings=shardings.chains)
 
     def restart(state, step):
-        params, sigma_CxN = parallel.to_host((state.params, state.chains.sigma_CxN))  # a collective
+        params, sigma_CxN = mesh.to_host((state.params, state.chains.sigma_CxN))  # a collective
         sigma_N, log_ratio = peaks.restart_target(at(params), problem.sampler.hilbert, sigma_CxN,
                                                   settings.peak_search, settings.seed, step)
         c = (step // settings.peak_restart_every) % len(sigma_CxN)
@@ -540,7 +543,7 @@ def _optimize(step_fn, state, start, settings, run_dir, metrics_log, stop, resta
         restart_now = restart is not None and (step + 1) % settings.peak_restart_every == 0
         if step + 1 < settings.n_iter and not restart_now:
             pending = step_fn(new_state)
-        metrics = parallel.to_host(metrics)
+        metrics = mesh.to_host(metrics)
         now = time.perf_counter()
         step_times.append(now - t)
         t = now
@@ -601,9 +604,9 @@ def _completed_summary(run_dir, settings):
         summary = json.loads(path.read_text())
     except ValueError:  # cut short: not a finished run's
         return None
-    stored = summary.get("config_fingerprint") or {}
+    stored = summary.get("config_fingerprint")
     if (summary.get("status") == "completed" and summary.get("n_iter") == settings.n_iter
-            and stored.get("hash") == fingerprint.digest(settings.fingerprint)):
+            and fingerprint.same(stored, settings.fingerprint)):
         return summary
     return None
 
@@ -691,7 +694,7 @@ def _exact_energy(experiment):
 
 
 def _save(run_dir, state, meta):
-    host_state = parallel.to_host(state)  # a collective: every process takes part
+    host_state = mesh.to_host(state)  # a collective: every process takes part
     if _is_writer():
         checkpoint.save(run_dir / "checkpoint", host_state, meta)
 

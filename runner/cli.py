@@ -5,8 +5,8 @@ import sys
 import time
 from pathlib import Path
 
-from runner.parallel import configure_runtime
-from runner.preemption import EXIT_INTERRUPTED
+from runner.parallel.runtime import configure_runtime
+from runner.run.preemption import EXIT_INTERRUPTED
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 

@@ -12,7 +12,7 @@ import socket
 import sys
 import threading
 
-from runner.parallel import PROXY_VARS
+from runner.parallel.distributed import PROXY_VARS
 
 REDUCTION_TIMEOUT_S = 60
 
@@ -131,7 +131,7 @@ def _reduction(report: Report) -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from runner.parallel import make_mesh
+    from runner.parallel.mesh import make_mesh
 
     layout = make_mesh("sharded")
     n = layout.n_devices
@@ -171,7 +171,7 @@ def diagnose(parallel: dict, x64: bool) -> int:
     """Runs every check; returns the number of problems."""
     report = Report()
     print(f"vmc-runner doctor: backend={parallel.get('backend')}", flush=True)
-    from runner.parallel import coordinator_host
+    from runner.parallel.distributed import coordinator_host
 
     host = coordinator_host(parallel)
     multi = parallel.get("backend") in ("distributed", "multinode")
@@ -183,15 +183,15 @@ def diagnose(parallel: dict, x64: bool) -> int:
 
     import jax
 
-    from runner import parallel as par
     from runner.errors import ConfigError
+    from runner.parallel import distributed
 
     try:
-        par.initialize(parallel, x64)
+        distributed.initialize(parallel, x64)
     except ConfigError as err:
         report.problem(err.sentence(), "fix the parallel settings")
         return report.problems
-    except par.DistributedInitError as err:
+    except distributed.DistributedInitError as err:
         report.problem(str(err), "start every process with the same settings")
         return report.problems
     report.ok(f"jax {jax.__version__}, platform {jax.default_backend()}")
@@ -235,7 +235,7 @@ def main(argv=None):
     if flags:
         _usage_error(f"{flags[0]} is not an option of runner.doctor, which takes only config overrides "
                      "(key=value); see python -m runner.doctor --help")
-    from runner.parallel import configure_runtime
+    from runner.parallel.runtime import configure_runtime
 
     configure_runtime()
     from hydra import compose, initialize_config_dir
@@ -243,8 +243,8 @@ def main(argv=None):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from runner.build import DTYPES
     from runner.cli import CONF_DIR, check_group_choices
+    from runner.config.build import DTYPES
 
     check_group_choices(argv)
     try:

@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from runner import checkpoint, health, peaks, restore
+from runner.diagnostics import health, peaks
 from runner.errors import ConfigError
+from runner.run import checkpoint, restore
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ def compose_config(run_dir, overrides) -> dict:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from runner import fingerprint
     from runner.cli import CONF_DIR
+    from runner.config import fingerprint
 
     stored = restore.read_config(run_dir)
     run_overrides = restore.read_overrides(run_dir)
@@ -65,7 +66,7 @@ def compose_config(run_dir, overrides) -> dict:
 def projection_change(stored: dict, config: dict) -> dict | None:
     """{key: [the run's value, the evaluated one]} for the projection keys an evaluation
     changes, or None when it evaluates the trained state itself."""
-    from runner import fingerprint
+    from runner.config import fingerprint
 
     old, new = fingerprint.of(stored), fingerprint.of(config)
     changed = {k: [old.get(k), new.get(k)] for k in PROJECTION_KEYS if old.get(k) != new.get(k)}
@@ -80,14 +81,14 @@ def _finite(x):
 def evaluate(run_dir, overrides=()) -> dict:
     """Estimates energy, variance, V-score (and with `observables=...`, observables) at a run's
     checkpointed parameters, and looks for configurations with more |psi|^2 than every sample
-    (`runner.peaks`).
+    (`runner.diagnostics.peaks`).
 
     Samples `final_rounds` rounds of `sampler.n_samples` with the (overridden) sampler on the
     (overridden) parallel backend. The checkpoint's chains are continued when the number of
     chains and the seed are the run's (with the run's own settings this reproduces its final
-    estimate exactly, its burn-in included: `runner.vmc.final_burn_in`); otherwise fresh chains start
+    estimate exactly, its burn-in included: `runner.core.vmc.final_burn_in`); otherwise fresh chains start
     from `seed`. Fresh chains, and the run's chains under a projected model, first discard
-    `runner.vmc.BURN_IN_SWEEPS` sweeps ("burn_in_sweeps" in the result).
+    `runner.core.vmc.BURN_IN_SWEEPS` sweeps ("burn_in_sweeps" in the result).
 
     Args:
         run_dir: a run directory (with .hydra/ and checkpoint/).
@@ -104,18 +105,27 @@ def evaluate(run_dir, overrides=()) -> dict:
     import jax
     import numpy as np
 
-    from runner import observables, parallel
-    from runner.sampler import init_chains
-    from runner.vmc import BURN_IN_SWEEPS, burn_in, burn_in_sweeps, estimate, final_burn_in, full_sum_invariance_error
+    from runner.core import observe
+    from runner.core.sampler import init_chains
+    from runner.core.vmc import (
+        BURN_IN_SWEEPS,
+        burn_in,
+        burn_in_sweeps,
+        estimate,
+        final_burn_in,
+        full_sum_invariance_error,
+    )
+    from runner.parallel import distributed, mesh
+    from runner.physics import observables
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config = compose_config(run_dir, list(overrides))
     experiment = restore.experiment_of(config)
-    parallel.initialize(experiment.parallel, experiment.x64)
-    layout = parallel.make_mesh(experiment.parallel["backend"])
+    distributed.initialize(experiment.parallel, experiment.x64)
+    layout = mesh.make_mesh(experiment.parallel["backend"])
     problem, settings = experiment.problem, experiment.settings
-    parallel.check_chains(problem.sampler.n_chains, layout)
+    mesh.check_chains(problem.sampler.n_chains, layout)
 
     trained = restore.load(run_dir)
     state = trained.state
@@ -131,15 +141,15 @@ def evaluate(run_dir, overrides=()) -> dict:
     # full one for fresh chains, or for the run's chains under a projected model.
     sweeps = burn_in_sweeps(problem.sampler,
                             final_burn_in(run_sampler) if continued and projection is None else BURN_IN_SWEEPS)
-    shardings = parallel.shard_state(state, layout)
+    shardings = mesh.shard_state(state, layout)
     obs = experiment.observables
     if obs is None:
         fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
     else:  # the energy and the observables from the same samples, as a run's final estimate
-        fn = functools.partial(observables.estimate, problem, obs, n_rounds=settings.final_rounds)
+        fn = functools.partial(observe.estimate, problem, obs, n_rounds=settings.final_rounds)
     est = jax.jit(lambda s: fn(burn_in(problem, s, sweeps)), in_shardings=(shardings,),
                   out_shardings=(shardings.chains, layout.replicated))
-    out = parallel.to_host(est(parallel.from_host(state, shardings))[1])
+    out = mesh.to_host(est(mesh.from_host(state, shardings))[1])
     metrics, observed = (out, {}) if obs is None else (out[0], observables.results(
         obs, out[1], settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains)[0])
     metrics = {k: _finite(v) for k, v in metrics.items()}
@@ -173,7 +183,7 @@ def evaluate(run_dir, overrides=()) -> dict:
         "overrides": list(overrides),
         "projection": projection,
         "burn_in_sweeps": sweeps,
-        "peak_check": peak_check,  # runner.peaks.check (None after a full sum or with peak_search=0)
+        "peak_check": peak_check,  # runner.diagnostics.peaks.check (None after a full sum or with peak_search=0)
         **observed,  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
         "config_fingerprint": trained.meta.get("config_fingerprint"),
         "wall_seconds": time.perf_counter() - started,
@@ -186,7 +196,8 @@ def evaluate(run_dir, overrides=()) -> dict:
 
 def main(argv=None):
     """The command line: one sentence and status 2 for a bad run directory or override."""
-    from runner.parallel import DistributedInitError, configure_runtime
+    from runner.parallel.distributed import DistributedInitError
+    from runner.parallel.runtime import configure_runtime
 
     configure_runtime()
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.loggers import MLFLOW_DB, TENSORBOARD_DIR, TRACKING_DIRS
-from runner.plot import log_error_bars
+from runner.outputs.loggers import MLFLOW_DB, TENSORBOARD_DIR, TRACKING_DIRS
+from runner.outputs.plot import log_error_bars
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"

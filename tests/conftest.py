@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.parallel import configure_runtime  # noqa: E402  (imports jax, starts no backend)
+from runner.parallel.runtime import configure_runtime  # noqa: E402  imports jax, starts no backend
 
 configure_runtime()
 

@@ -11,7 +11,7 @@ import pytest
 
 import runner
 from models import RBM
-from runner.hilbert import all_states
+from runner.physics.hilbert import all_states
 from tests.conftest import REPO, run_cli
 from tests.dense import dense_pauli, dense_psi
 
@@ -36,7 +36,7 @@ def heisenberg(tmp_path_factory):
 
 def checkpoint_params(run_dir, model, n_sites):
     """The model's parameters read straight from the checkpoint file: its first leaves, in the
-    order of the model's own parameter tree (independent of runner.restore)."""
+    order of the model's own parameter tree (independent of runner.run.restore)."""
     like = model.init(jax.random.PRNGKey(0), jnp.ones((n_sites,), jnp.int8))["params"]
     leaves, treedef = jax.tree_util.tree_flatten(like)
     with np.load(run_dir / "checkpoint" / "state.npz") as data:
@@ -45,7 +45,7 @@ def checkpoint_params(run_dir, model, n_sites):
 
 def test_config_params_and_log_psi_are_the_checkpoint_model(ising):
     run = runner.load(ising)
-    assert run.config["hilbert"]["L"] == 6 and run.config["sampler"]["_target_"] == "runner.sampler.exact"
+    assert run.config["hilbert"]["L"] == 6 and run.config["sampler"]["_target_"] == "runner.core.sampler.exact"
     assert run.step == 15
     model = RBM(alpha=1, param_dtype=jnp.float64)
     params = checkpoint_params(ising, model, 6)
@@ -76,7 +76,8 @@ def test_expect_energy_agrees_with_the_summary(ising):
 def test_expect_energy_evaluates_as_many_samples_at_once_as_a_step(ising):
     """expect(n) takes E_loc in blocks of the run's n_samples (memory of one step, not n / n_samples
     times more): the same mean and error as E_loc of every sample at once."""
-    from runner import api, stats
+    from runner import api
+    from runner.core import stats
 
     run = runner.load(ising)
     sigma_CxTxN = np.asarray(run.sample(4096)).reshape(8, 512, -1)

@@ -52,7 +52,8 @@ def copy_of(run_dir, tmp_path):
 
 
 def test_summary_and_checkpoint_record_the_fingerprint(finished):
-    from runner import checkpoint, fingerprint
+    from runner.config import fingerprint
+    from runner.run import checkpoint
 
     stamp = summary_of(finished)["config_fingerprint"]
     assert stamp["config"]["hamiltonian.h"] == 1.0 and stamp["config"]["seed"] == 0
@@ -82,7 +83,7 @@ def test_rerun_with_another_config_is_refused_and_changes_nothing(finished, tmp_
 
 
 def test_run_from_before_fingerprints_is_refused(finished, tmp_path):
-    from runner import checkpoint
+    from runner.run import checkpoint
 
     run_dir = copy_of(finished, tmp_path)
     with np.load(run_dir / "checkpoint" / "state.npz") as data:
@@ -197,7 +198,7 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
     import jax
 
     from runner import app
-    from runner.build import build
+    from runner.config.build import build
     from tests.test_config import compose_config
 
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
@@ -332,7 +333,7 @@ def test_a_stop_during_compilation_takes_no_step(tmp_path):
     import types
 
     from runner import app
-    from runner.preemption import StopRequest
+    from runner.run.preemption import StopRequest
 
     dispatched = []
     settings = types.SimpleNamespace(n_iter=5, checkpoint_every=2)
@@ -354,13 +355,14 @@ def test_an_exception_is_the_failure_reason(tmp_path):
 
 
 def nan_run(tmp_path, caplog, overrides):
-    from runner import app, parallel
-    from runner.build import build
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
     from tests.test_config import compose_config
 
     experiment = build(compose_config(overrides))
     with caplog.at_level("INFO", logger="runner.app"), pytest.raises(SystemExit) as exit_info:
-        app.execute(experiment, parallel.make_mesh("single"), tmp_path)
+        app.execute(experiment, mesh.make_mesh("single"), tmp_path)
     return exit_info.value.code, caplog.text
 
 
@@ -375,15 +377,16 @@ def test_nan_failure_gives_its_reason_and_says_no_checkpoint_exists(tmp_path, ca
 
 
 def test_health_warnings_are_in_the_summary_and_printed(tmp_path, caplog):
-    from runner import app, parallel
-    from runner.build import build
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
     from tests.test_config import compose_config
 
     # two steps from random parameters: far from the exact energy; CG allowed 2 iterations a step
     experiment = build(compose_config([*RUN, "n_iter=2", "exact=true", "preconditioner.solver=cg",
                                        "preconditioner.cg_maxiter=2"]))
     with caplog.at_level("INFO", logger="runner.app"):
-        summary = app.execute(experiment, parallel.make_mesh("single"), tmp_path)
+        summary = app.execute(experiment, mesh.make_mesh("single"), tmp_path)
     assert summary["relative_error"] > 0.1
     names = [w["name"] for w in summary["warnings"]]
     assert "relative_error" in names and "cg_maxiter" in names, summary["warnings"]
@@ -443,7 +446,7 @@ def test_header_shortens_long_config_values():
     from runner.app import _describe
 
     edges = [[i, i + 1] for i in range(30)]
-    assert _describe({"_target_": "runner.hilbert.graph", "n_sites": 31, "edges": edges, "positions": None}) == \
+    assert _describe({"_target_": "runner.physics.hilbert.graph", "n_sites": 31, "edges": edges, "positions": None}) == \
         "graph(n_sites=31, edges=[30 items])"
 
 
@@ -464,7 +467,7 @@ def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, capl
     import numpy as np
 
     from runner import app
-    from runner.preemption import StopRequest
+    from runner.run.preemption import StopRequest
 
     good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
             "acceptance": np.float32(0.5)}
@@ -490,7 +493,7 @@ def test_a_rejected_step_with_a_non_finite_variance_does_not_stop_the_run(tmp_pa
     import numpy as np
 
     from runner import app
-    from runner.preemption import StopRequest
+    from runner.run.preemption import StopRequest
 
     good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
             "acceptance": np.float32(0.5), "rejected": np.int32(0)}

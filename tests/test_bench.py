@@ -9,8 +9,8 @@ from unittest import mock
 
 import pytest
 
-from runner import parallel
-from runner.build import build
+from runner.config.build import build
+from runner.parallel import runtime
 from tests.conftest import REPO
 from tests.test_config import compose_config
 
@@ -67,7 +67,7 @@ class _Launched(Exception):
 
 
 def test_netket_and_vmc_runner_processes_get_the_same_settings(monkeypatch):
-    from runner.parallel import configure_runtime
+    from runner.parallel.runtime import configure_runtime
 
     base = {"PATH": "/usr/bin", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     env = bench.process_env(base)
@@ -152,7 +152,7 @@ def test_deep_case_is_the_model_netket_gets(case):
     ours = problem.model.init(deep.init_key(3), jnp.ones((36,), jnp.int8))["params"]
     theirs = model.init(deep.init_key(3), jnp.ones((36,), jnp.int8))["params"]
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: bool((a == b).all()), ours, theirs))
-    from runner.vmc import init_state
+    from runner.core.vmc import init_state
 
     runner_params = init_state(problem, 3, jnp.ones((36,), jnp.int8)).params
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: bool((a == b).all()), runner_params, theirs))
@@ -173,7 +173,7 @@ def test_deep_variants_differ_only_in_what_they_name():
             expected["NETKET_EXPERIMENTAL_SHARDING_CPU"] = str(devices)
         if xla_default:
             expected["XLA_FLAGS"] = env["XLA_FLAGS"].replace(
-                f"xla_cpu_small_while_loop_byte_threshold={parallel.SMALL_LOOP_BYTES}", "xla_cpu_small_while_loop_byte_threshold=1024")
+                f"xla_cpu_small_while_loop_byte_threshold={runtime.SMALL_LOOP_BYTES}", "xla_cpu_small_while_loop_byte_threshold=1024")
         assert changed == expected, name
     for rep in range(2):
         assert sorted(deep.run_order(rep)) == sorted(deep.VARIANTS)
@@ -211,21 +211,20 @@ def test_scaling_points_vary_one_knob_each():
 
 def test_noise_free_sr_sums_over_the_orbits_as_over_all_states(capsys):
     """bench/noise_free_sr.py: the orbit-weighted sum of local energies is the exact energy of the
-    whole Sz = 0 sector (`runner.exact.energy_of`, a sparse matvec on all 12,870 states)."""
+    whole Sz = 0 sector (`runner.physics.exact.energy_of`, a sparse matvec on all 12,870 states)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from models import RBMSymm
-    from runner import exact
-    from runner import hilbert as hb
-    from runner import operators
+    from runner.physics import exact, hamiltonians
+    from runner.physics import hilbert as hb
 
     noise_free = _load("noise_free_sr")
     lattice = hb.square(4, total_sz=0)
     states, sizes, n_states = noise_free.orbits(lattice)
     assert (len(states), int(sizes.sum()), n_states) == (153, 12870, 12870)
-    ham = operators.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
     model = RBMSymm(alpha=2, group="lattice", param_dtype=jnp.complex128, hilbert=lattice)
     params = model.init(jax.random.PRNGKey(0), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: 10 * x, params)
@@ -245,7 +244,7 @@ def test_cnn_conv_bench_compares_the_formulations(capsys, monkeypatch):
     import jax.numpy as jnp
 
     from models.cnn import CNN
-    from runner import hilbert as hb
+    from runner.physics import hilbert as hb
 
     conv_spec = importlib.util.spec_from_file_location("bench_cnn_conv", REPO / "bench" / "cnn_conv.py")
     conv_bench = importlib.util.module_from_spec(conv_spec)
@@ -272,7 +271,7 @@ def test_log_cosh_bench_compares_the_same_function(capsys, monkeypatch):
     import jax.numpy as jnp
 
     from models.cnn import CNN
-    from runner import hilbert as hb
+    from runner.physics import hilbert as hb
 
     spec = importlib.util.spec_from_file_location("bench_log_cosh", REPO / "bench" / "log_cosh.py")
     bench = importlib.util.module_from_spec(spec)

@@ -166,13 +166,14 @@ def test_extending_a_finished_run_matches_a_longer_run(tmp_path):
 
 
 def test_nan_energy_fails_and_keeps_last_good_checkpoint(tmp_path):
-    from runner import app, parallel
-    from runner.build import build
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
     from tests.test_config import compose_config
 
     config = compose_config([*SMALL, "n_iter=4", "checkpoint_every=2", "exact=false"])
     experiment = build(config)
-    layout = parallel.make_mesh("single")
+    layout = mesh.make_mesh("single")
     app.execute(experiment, layout, tmp_path)
     saved = (tmp_path / "checkpoint" / "state.npz").read_bytes()
 

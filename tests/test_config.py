@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runner.build import GROUPS, build
+from runner.config.build import GROUPS, build
 from runner.errors import ConfigError
 
 CONF = Path(__file__).resolve().parent.parent / "conf"

@@ -2,8 +2,9 @@
 
 import pytest
 
-from runner import app, parallel
-from runner.build import build
+from runner import app
+from runner.config.build import build
+from runner.parallel import mesh
 from tests.test_config import compose_config
 
 CASES = {
@@ -32,7 +33,7 @@ TOLERANCE = {"heisenberg_square_sign_rule": 5e-3}
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_vmc_reaches_exact_energy(name, tmp_path):
     config = compose_config(["sampler.n_samples=512", "sampler.n_chains=16", "exact=true", *CASES[name]])
-    summary = app.execute(build(config), parallel.make_mesh("single"), tmp_path)
+    summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
     assert summary["status"] == "completed"
     assert summary["relative_error"] < TOLERANCE.get(name, 2e-3), summary
     # The estimate is statistically consistent with the exact energy (variational, within 5 sigma).

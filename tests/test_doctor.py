@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from runner import parallel
 from runner.doctor import Report, check_proxies
+from runner.parallel import distributed
 from tests.conftest import REPO
 from tests.test_parallel import free_port, start_distributed
 
@@ -54,9 +54,9 @@ def test_proxy_checks_and_bypass():
     assert not check_proxies("127.0.0.1", report, env={"https_proxy": "http://p:1", "no_proxy": "127.0.0.*"})
     assert report.problems == 2  # the wildcard, and the host it fails to cover
     env = {"http_proxy": "http://p:1", "no_proxy": "10.0.0.*"}
-    parallel.bypass_proxy("node1", env)
+    distributed.bypass_proxy("node1", env)
     assert env["no_proxy"] == "10.0.0.*,node1" and env["NO_PROXY"] == "node1"
-    assert parallel.coordinator_host({"backend": "multinode"}, {"SLURM_STEP_NODELIST": "gpu[03-04],x"}) == "gpu03"
+    assert distributed.coordinator_host({"backend": "multinode"}, {"SLURM_STEP_NODELIST": "gpu[03-04],x"}) == "gpu03"
 
 
 @pytest.mark.slow

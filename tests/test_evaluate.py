@@ -128,7 +128,7 @@ def test_the_symmetry_projection_of_the_trained_parameters_is_evaluated_exactly(
     import numpy as np
 
     import runner
-    from runner.hilbert import all_states
+    from runner.physics.hilbert import all_states
     from tests.dense import basis_index, dense_ising
 
     run_dir = tmp_path / "run"

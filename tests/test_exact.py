@@ -3,24 +3,24 @@
 import numpy as np
 import pytest
 
-from runner import exact, operators
-from runner import hilbert as hb
+from runner.physics import exact, hamiltonians, pauli
+from runner.physics import hilbert as hb
 from tests.dense import basis_index, dense_heisenberg, dense_ising
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: (hb.chain(7), lambda h: operators.ising(h, 0.7, 1.3), lambda h: dense_ising(h.bonds, h.n_sites, 0.7, 1.3)),
-        lambda: (hb.square(Lx=2, Ly=4, pbc=False), lambda h: operators.ising(h, 1.0, 3.0),
+        lambda: (hb.chain(7), lambda h: hamiltonians.ising(h, 0.7, 1.3), lambda h: dense_ising(h.bonds, h.n_sites, 0.7, 1.3)),
+        lambda: (hb.square(Lx=2, Ly=4, pbc=False), lambda h: hamiltonians.ising(h, 1.0, 3.0),
                  lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 3.0)),
-        lambda: (hb.chain(8), lambda h: operators.heisenberg(h, 1.0, 0.4, False),
+        lambda: (hb.chain(8), lambda h: hamiltonians.heisenberg(h, 1.0, 0.4, False),
                  lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.4)),
-        lambda: (hb.chain(8, total_sz=0), lambda h: operators.heisenberg(h, 1.0, 0.4, True),
+        lambda: (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.4, True),
                  lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.4)),
-        lambda: (hb.chain(9, total_sz=0.5), lambda h: operators.heisenberg(h, 1.0, 0.0, False),
+        lambda: (hb.chain(9, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False),
                  lambda h: dense_heisenberg(h.bonds, [], h.n_sites, 1.0, 0.0)),
-        lambda: (hb.square(Lx=2, Ly=3, pbc=False, total_sz=1), lambda h: operators.heisenberg(h, 1.0, 0.3, None),
+        lambda: (hb.square(Lx=2, Ly=3, pbc=False, total_sz=1), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, None),
                  lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.3)),
     ],
 )
@@ -35,10 +35,10 @@ def test_ground_energy_matches_dense(make):
 
 def test_full_space_matvec_equals_sparse_matrix():
     lattice = hb.chain(9, pbc=False)
-    ham = operators.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
     states = hb.all_states(lattice)
     v = np.random.default_rng(1).standard_normal(2**9)
-    np.testing.assert_allclose(exact._full_space_matvec(ham, 9)(v), operators.to_sparse(ham, states) @ v, atol=1e-12)
+    np.testing.assert_allclose(exact._full_space_matvec(ham, 9)(v), pauli.to_sparse(ham, states) @ v, atol=1e-12)
 
 
 def test_tfim_chain_closed_form():
@@ -46,7 +46,7 @@ def test_tfim_chain_closed_form():
     L = 14
     k = (2 * np.arange(L) + 1) * np.pi / L
     closed = -np.sum(2 * np.abs(np.cos(k / 2)))
-    np.testing.assert_allclose(exact.ground_energy(operators.ising(hb.chain(L), 1.0, 1.0), hb.chain(L)), closed, rtol=1e-10)
+    np.testing.assert_allclose(exact.ground_energy(hamiltonians.ising(hb.chain(L), 1.0, 1.0), hb.chain(L)), closed, rtol=1e-10)
 
 
 def test_auto_threshold():
@@ -59,8 +59,8 @@ def test_auto_threshold():
 @pytest.mark.parametrize(
     "lattice,make_ham",
     [
-        (hb.chain(8), lambda h: operators.ising(h, 1.0, 0.9)),
-        (hb.chain(8, total_sz=0), lambda h: operators.heisenberg(h, 1.0, 0.2, None)),
+        (hb.chain(8), lambda h: hamiltonians.ising(h, 1.0, 0.9)),
+        (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.2, None)),
     ],
 )
 def test_energy_of_a_state_matches_dense(lattice, make_ham):
@@ -68,7 +68,7 @@ def test_energy_of_a_state_matches_dense(lattice, make_ham):
     the ground energy for the ground state."""
     ham = make_ham(lattice)
     states = hb.all_states(lattice)
-    H = operators.to_sparse(ham, states).toarray()
+    H = pauli.to_sparse(ham, states).toarray()
     re, im = np.random.default_rng(3).standard_normal((2, len(states)))
     psi = re + 1j * im
     np.testing.assert_allclose(exact.energy_of(ham, lattice, psi), (psi.conj() @ H @ psi).real / np.vdot(psi, psi).real,
@@ -91,15 +91,15 @@ def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name
 
 
 @pytest.mark.parametrize("make", [
-    lambda h: operators.xxz(h, J=0.9, Delta=0.6, hz=0.3),
-    lambda h: operators.heisenberg(h, J=1.0, J2=0.0, sign_rule=False),
-    lambda h: operators.pauli(h, [{"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": -0.7, "ops": "YX", "on": "bonds"},
+    lambda h: hamiltonians.xxz(h, J=0.9, Delta=0.6, hz=0.3),
+    lambda h: hamiltonians.heisenberg(h, J=1.0, J2=0.0, sign_rule=False),
+    lambda h: hamiltonians.pauli(h, [{"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": -0.7, "ops": "YX", "on": "bonds"},
                                   {"coeff": 0.4, "ops": "ZZ", "on": "bonds"}]),  # Dzyaloshinskii-Moriya: complex H
 ])
 def test_lanczos_in_sz_sectors(make):
     lattice = hb.triangular(3, total_sz=0.5)
     ham = make(lattice)
-    H = operators.to_sparse(ham, hb.all_states(lattice)).toarray()
+    H = pauli.to_sparse(ham, hb.all_states(lattice)).toarray()
     assert lattice.n_states == 126 and np.allclose(H, H.conj().T)
     np.testing.assert_allclose(exact.ground_energy(ham, lattice), np.linalg.eigvalsh(H)[0], rtol=1e-10)
     psi = np.random.default_rng(0).standard_normal(126) * (1 + 0.5j)
@@ -108,7 +108,7 @@ def test_lanczos_in_sz_sectors(make):
 
 
 def test_required_bytes_and_build_refuses_exact_true_beyond_memory():
-    from runner.build import build
+    from runner.config.build import build
     from runner.errors import ConfigError
     from tests.test_config import compose_config
 

@@ -3,13 +3,12 @@ bench/run.py's, debug=fast runs any config end to end in seconds, the phase diag
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runner.build import build
+from runner.config.build import build
 from tests.conftest import REPO, run_cli
 
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
@@ -62,7 +61,7 @@ def test_phase_diagram_sweeps_h_and_chains_its_points():
     config = composed(["experiment=tfim_phase_diagram"], hydra=True)
     assert config["hydra"]["sweeper"]["params"] == {"hamiltonian.h": "0.5,0.8,1.0,1.2,1.5"}
     assert config["init_from"] == "previous" and config["hilbert"]["L"] == 10
-    assert config["observables"]["_target_"] == "runner.observables.spin"
+    assert config["observables"]["_target_"] == "runner.physics.observables.spin"
 
 
 def test_an_unknown_experiment_is_one_sentence(tmp_path):

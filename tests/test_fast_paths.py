@@ -9,11 +9,12 @@ import pytest
 from models import MLP, RBM
 from models.common import normal
 from models.fast_paths import JacobianProducts, LocalRatios, SamplerCache, check, log_abs_method, resolve
-from runner import hilbert as hb
-from runner import operators, precond
-from runner.build import build
+from runner.config.build import build
+from runner.core import local_energy, precond
+from runner.core.vmc import amplitude_of, jacobian, local_energies, ratio_of
 from runner.errors import ConfigError
-from runner.vmc import amplitude_of, jacobian, local_energies, ratio_of
+from runner.physics import hamiltonians
+from runner.physics import hilbert as hb
 from tests.dense import basis_index, dense_heisenberg, dense_psi
 from tests.test_config import compose_config
 from tests.test_gradients import _problem
@@ -70,7 +71,7 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
     """Inherited (hasattr) fast paths would give this subclass wrong local energies and
     log-derivatives; resolved ones fall back to full evaluations, which match dense H psi / psi."""
     lattice = hb.chain(6)
-    ham = operators.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
     model = ScaledRBM(alpha=1)
     assert resolve(model) is None and ratio_of(model) is None
     states = jnp.asarray(hb.all_states(lattice))
@@ -84,7 +85,7 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
     np.testing.assert_allclose(np.asarray(eloc), (H @ psi)[idx] / psi[idx], rtol=1e-10)
     # The inherited RBM ratio, which ignores `scale`, would be wrong here: the check can fail.
     rbm_ratio = resolve(RBM(alpha=1)).ratio
-    rbm_eloc = operators.local_energy(ham, problem.logpsi, params, states[5], ratio_fn=rbm_ratio)
+    rbm_eloc = local_energy.local_energy(ham, problem.logpsi, params, states[5], ratio_fn=rbm_ratio)
     assert abs(rbm_eloc - (H @ psi)[idx[5]] / psi[idx[5]]) > 1e-3
     # Sampler amplitude: plain log |psi| of the subclass, not the RBM's cache nor its log_abs.
     assert log_abs_method(model) == "__call__" and log_abs_method(RBM(alpha=1)) == "log_abs"
@@ -105,7 +106,7 @@ def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     from models import RBMSymm
 
     lattice = hb.square(3)
-    ham = operators.heisenberg(lattice, J=1.0, J2=0.5, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.5, sign_rule=False)
     model = RBMSymm(alpha=2, param_dtype=dtype, hilbert=lattice)
     paths = resolve(model)
     assert paths.ratio is not None and paths.amplitude is not None and paths.jacobian_products is None

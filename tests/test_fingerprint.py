@@ -2,7 +2,7 @@
 
 import pytest
 
-from runner import fingerprint
+from runner.config import fingerprint
 from runner.errors import ConfigError
 from tests.test_config import compose_config
 
@@ -73,8 +73,8 @@ def test_stamp_adds_hash_and_config():
 
 
 def test_resume_ignores_whole_groups_by_prefix(tmp_path):
-    stored = fingerprint.record({"hamiltonian.h": 1.0, "observables._target_": "runner.observables.none"})
-    current = {"hamiltonian.h": 1.0, "observables._target_": "runner.observables.spin", "observables.every": 5}
+    stored = fingerprint.record({"hamiltonian.h": 1.0, "observables._target_": "runner.physics.observables.none"})
+    current = {"hamiltonian.h": 1.0, "observables._target_": "runner.physics.observables.spin", "observables.every": 5}
     fingerprint.check(stored, current, tmp_path, ignore=fingerprint.RESUME_IGNORES)
     with pytest.raises(ConfigError) as info:
         fingerprint.check(stored, current, tmp_path)

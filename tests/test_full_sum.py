@@ -12,18 +12,27 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from models import RBM, RBMSymm
-from runner import app, exact, parallel, precond
-from runner import hilbert as hb
-from runner import operators
-from runner import sampler as smp
-from runner.build import build
+from runner import app
+from runner.config.build import build
+from runner.core import precond
+from runner.core import sampler as smp
+from runner.core.vmc import (
+    Problem,
+    draw,
+    energy_and_update,
+    from_split,
+    full_sum_invariance_error,
+    gradient_mode,
+    init_state,
+)
 from runner.errors import ConfigError
-from runner.vmc import (Problem, draw, energy_and_update, from_split, full_sum_invariance_error, gradient_mode,
-                        init_state)
+from runner.parallel import mesh
+from runner.physics import exact, hamiltonians, pauli
+from runner.physics import hilbert as hb
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 from tests.test_evaluate import evaluated
-from tests.test_gradients import MODELS, _exact_weighted, _setup
+from tests.test_gradients import _exact_weighted, _setup
 from tests.test_parallel import assert_identical_runs, energies, free_port, start_distributed
 
 SHIFT = 0.05
@@ -92,7 +101,7 @@ def test_energy_and_update_are_the_exact_sums(model_name, solver, chunk_size):
 def test_the_sum_over_orbits_equals_the_sum_over_all_configurations(lattice, symmetry, n_orbits):
     """A space-group RBM on the Marshall-rotated J1-J2 model: one configuration per orbit,
     weighted by the orbit's size, gives the energy and the SR update of all 252 (70)."""
-    ham = operators.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
     model = RBMSymm(alpha=2, group="lattice" if symmetry == "lattice" else "translations",
                     param_dtype=jnp.complex128, hilbert=lattice)
     params = model.init(jax.random.PRNGKey(3), jnp.ones(lattice.n_sites, jnp.int8))["params"]
@@ -122,16 +131,16 @@ def test_orbits_cover_the_space_once():
 
 def test_an_orbit_sum_refuses_what_is_not_invariant():
     lattice = hb.chain(8, total_sz=0)
-    ham = operators.heisenberg(lattice, 1.0, 0.0, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)
     sampler = smp.full_sum(lattice, n_chains=4, symmetry="translations")
     problem = Problem(ham, RBM(alpha=1, param_dtype=jnp.complex128), sampler, optax.sgd(0.1), precond.sr())
     params = problem.model.init(jax.random.PRNGKey(0), jnp.ones(8, jnp.int8))["params"]
     error = full_sum_invariance_error(problem, [params])
     assert error.startswith("translations needs a model invariant under the group"), error
     # A field on one site breaks the translations.
-    field = operators.pauli(lattice, [{"coeff": 1.0, "ops": "ZZ", "on": "bonds"}, {"coeff": 0.3, "ops": "Z", "on": [[0]]}])
-    assert operators.not_invariant_under(field, lattice.translations) == 1
-    assert operators.not_invariant_under(ham, np.asarray(lattice.space_group)) is None
+    field = hamiltonians.pauli(lattice, [{"coeff": 1.0, "ops": "ZZ", "on": "bonds"}, {"coeff": 0.3, "ops": "Z", "on": [[0]]}])
+    assert pauli.not_invariant_under(field, lattice.translations) == 1
+    assert pauli.not_invariant_under(ham, np.asarray(lattice.space_group)) is None
     with pytest.raises(ConfigError, match="must be one of none, translations, lattice"):
         smp.full_sum(lattice, symmetry="point")
     with pytest.raises(ConfigError, match="at most 65536 states"):
@@ -172,7 +181,7 @@ def test_a_run_is_exact_and_identical_on_every_layout(tmp_path):
     run_cli([*overrides, f"hydra.run.dir={tmp_path / 'devices1'}"], REPO, check=True)
     devices = jax.devices()
     for n in (2, 4):
-        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
+        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
         summary = app.execute(experiment, layout, tmp_path / f"devices{n}")
         assert summary["energy_error"] == 0 and summary["n_samples"] == 16  # 16 orbits on 4 rows of 4
         assert_identical_runs(tmp_path / f"devices{n}", tmp_path / "devices1")

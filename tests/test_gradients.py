@@ -12,9 +12,10 @@ from jax.flatten_util import ravel_pytree
 
 from models import MLP, RBM, Jastrow
 from models.common import normal
-from runner import hilbert as hb
-from runner import operators, precond
-from runner.vmc import Problem, gradient_mode, jacobian, log_derivatives
+from runner.core import local_energy, precond
+from runner.core.vmc import Problem, gradient_mode, jacobian, log_derivatives
+from runner.physics import hamiltonians, pauli
+from runner.physics import hilbert as hb
 
 
 class NonHolomorphic(nn.Module):
@@ -41,12 +42,12 @@ MODELS = {
 
 def _setup(model_name, seed=0):
     lattice = hb.chain(6)
-    ham = operators.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
     model = MODELS[model_name]
     states = jnp.asarray(hb.all_states(lattice))
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: x * 20, params)
-    H = jnp.asarray(operators.to_sparse(ham, np.asarray(states)).toarray())
+    H = jnp.asarray(pauli.to_sparse(ham, np.asarray(states)).toarray())
     return lattice, ham, model, states, params, H
 
 
@@ -63,7 +64,7 @@ def _exact_weighted(problem, params, states, mode):
     logpsi = problem.model.apply({"params": params}, states)
     p = jnp.exp(2 * jnp.real(logpsi))
     p = p / jnp.sum(p)
-    eloc = jax.vmap(lambda s: operators.local_energy(problem.hamiltonian, problem.logpsi, params, s))(states)
+    eloc = jax.vmap(lambda s: local_energy.local_energy(problem.hamiltonian, problem.logpsi, params, s))(states)
     O = log_derivatives(problem, params, states[None], mode)[0]
     E = jnp.sum(p * eloc)
     Obar = jnp.sqrt(p)[:, None] * (O - jnp.sum(p[:, None] * O, axis=0))
@@ -248,8 +249,8 @@ def test_clip_local_energy_changes_only_the_gradient_of_outlying_samples():
     """energy_and_update with clip_local_energy: the energy statistics are the raw ones; the
     update is the one from the clipped local energies (checked against the force computed
     from clipped values by hand); without outliers beyond the limit nothing changes."""
-    from runner.stats import clip_outliers
-    from runner.vmc import energy_and_update, local_energies
+    from runner.core.stats import clip_outliers
+    from runner.core.vmc import energy_and_update, local_energies
 
     lattice, ham, model, states, params, H = _setup("rbm_complex")
     plain = _problem(model, ham)

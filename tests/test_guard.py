@@ -9,11 +9,12 @@ import numpy as np
 import optax
 import pytest
 
-from runner import app, parallel
-from runner.build import build
+from runner import app
+from runner.config.build import build
+from runner.core.stats import Stats
+from runner.core.vmc import _guarded, init_state, vmc_step
 from runner.errors import ConfigError
-from runner.stats import Stats
-from runner.vmc import _guarded, init_state, vmc_step
+from runner.parallel import mesh
 from tests.test_config import compose_config
 from tests.test_parallel import assert_identical_runs, energies, execute_on_devices
 
@@ -95,8 +96,8 @@ def test_without_a_jump_the_guard_changes_no_bit(tmp_path):
     """With a threshold no step reaches, the run is the same bits as without the guard."""
     base = build(compose_config([*CASE, "n_iter=8"]))
     guarded = build(compose_config([*CASE, "n_iter=8", "reject_jump=1e6"]))
-    app.execute(base, parallel.make_mesh("single"), tmp_path / "plain")
-    app.execute(guarded, parallel.make_mesh("single"), tmp_path / "guarded")
+    app.execute(base, mesh.make_mesh("single"), tmp_path / "plain")
+    app.execute(guarded, mesh.make_mesh("single"), tmp_path / "guarded")
     np.testing.assert_array_equal(energies(tmp_path / "guarded"), energies(tmp_path / "plain"))
     records = [json.loads(line) for line in (tmp_path / "guarded" / "metrics.jsonl").open()]
     assert all(r["rejected"] == 0 and r["step_scale"] == 1.0 for r in records)
@@ -116,8 +117,8 @@ def test_a_run_with_rejections_is_identical_on_every_layout_and_resumes_exactly(
     assert all(r["step_scale"] == 0.5 and not r["rejected"] for r in after)  # the kept state, measured again
     assert_identical_runs(tmp_path / "devices4", tmp_path / "devices1")
     short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=6))
-    app.execute(short, parallel.make_mesh("single"), tmp_path / "resumed")
-    app.execute(experiment, parallel.make_mesh("single"), tmp_path / "resumed")
+    app.execute(short, mesh.make_mesh("single"), tmp_path / "resumed")
+    app.execute(experiment, mesh.make_mesh("single"), tmp_path / "resumed")
     assert_identical_runs(tmp_path / "resumed", tmp_path / "devices1")
 
 
@@ -130,7 +131,7 @@ def test_a_schedule_reads_the_count_the_rejections_took_back(tmp_path):
     less two per rejection (the undone update and the dropped one), and the logged learning rate
     follows that count, step by step."""
     experiment = build(compose_config([*CASE, "n_iter=12", "reject_jump=0.05", f"optimizer.learning_rate={SCHEDULE}"]))
-    app.execute(experiment, parallel.make_mesh("single"), tmp_path / "run")
+    app.execute(experiment, mesh.make_mesh("single"), tmp_path / "run")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert 0 < sum(r["rejected"] for r in records) < len(records)
     schedule = optax.linear_schedule(0.02, 0.002, 12)

@@ -1,8 +1,8 @@
-"""runner.health: each named warning fires on the numbers of a broken run and not on a healthy one."""
+"""runner.diagnostics.health: each named warning fires on the numbers of a broken run and not on a healthy one."""
 
 import pytest
 
-from runner import health
+from runner.diagnostics import health
 
 HEALTHY = {"energy": -44.85, "energy_error": 0.01, "variance": 0.5, "acceptance": 0.4, "r_hat": 1.01,
            "exact_energy": -44.9139, "relative_error": 1.4e-3, "n_sites": 16}

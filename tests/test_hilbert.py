@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from runner import hilbert as hb
 from runner.errors import ConfigError
+from runner.physics import hilbert as hb
 from tests import dense
 
 

@@ -1,4 +1,4 @@
-"""runner.hparams_search: the trial objective, a failed trial as a bad value, an Optuna study that is
+"""runner.run.hparams_search: the trial objective, a failed trial as a bad value, an Optuna study that is
 killed and resumed from its SQLite store, and the search composed with the SLURM launcher."""
 
 import json
@@ -8,14 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO
-from runner import hparams_search
+
 from runner.errors import ConfigError
+from runner.run import hparams_search
 
 TINY = ["hilbert.L=6", "sampler.n_samples=128", "n_iter=10", "final_rounds=1", "exact=false"]
 DIVERGING = {"optimizer.learning_rate": 50.0, "preconditioner.diag_shift": 1e-4}  # NaN within 10 steps
@@ -63,7 +62,8 @@ def test_sqlite_storage_creates_its_folder(tmp_path):
 
 
 def compose(overrides):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("vmc_run_id"):
@@ -193,8 +193,9 @@ def test_trials_run_as_concurrent_slurm_jobs(tmp_path):
 
     if _REASON is not None:
         pytest.skip(_REASON)
-    import optuna
     import uuid
+
+    import optuna
 
     sweep_dir, name = tmp_path / "study", f"vmc-test-{uuid.uuid4().hex[:8]}"
     try:

@@ -10,12 +10,13 @@ import numpy as np
 import optax
 import pytest
 
-from runner import app, parallel, precond
-from runner import sampler as smp
-from runner import stats
-from runner.build import build
+from runner import app
+from runner.config.build import build
+from runner.core import precond, stats
+from runner.core import sampler as smp
+from runner.core.vmc import BURN_IN_SWEEPS, Problem, VMCState, burn_in, draw, energy_and_update, estimate, final_burn_in
 from runner.errors import ConfigError
-from runner.vmc import BURN_IN_SWEEPS, Problem, VMCState, burn_in, draw, energy_and_update, estimate, final_burn_in
+from runner.parallel import mesh
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 from tests.test_gradients import _exact_weighted, _setup
@@ -138,7 +139,7 @@ def test_a_reweighted_run_is_identical_on_every_layout(tmp_path):
     experiment = build(compose_config(overrides))
     devices = jax.devices()
     for n in (1, 4):
-        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
+        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
         app.execute(experiment, layout, tmp_path / f"devices{n}")
     reference = _metrics(tmp_path / "devices1")
     assert all(0.2 < m["ess_fraction"] < 1 for m in reference) and "obs/zz_nn" in reference[0]

@@ -1,4 +1,4 @@
-"""runner.loggers: TensorBoard event files and the MLflow store read back with their own readers,
+"""runner.outputs.loggers: TensorBoard event files and the MLflow store read back with their own readers,
 one shared SQLite store written by concurrent processes, a missing library as one sentence."""
 
 import json
@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_cli
-from runner import loggers, report
+
+from runner import report
 from runner.errors import ConfigError
+from runner.outputs import loggers
 
 TINY = ["hilbert.L=6", "sampler.n_samples=128", "n_iter=10", "final_rounds=1"]
 
@@ -135,7 +136,7 @@ def test_a_run_started_over_gets_a_new_mlflow_run_and_tensorboard_series(tmp_pat
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from runner.loggers import MLflowLogger
+    from runner.outputs.loggers import MLflowLogger
     store, run_dir, start_at = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     run_dir.mkdir(parents=True)
     time.sleep(max(0.0, start_at - time.time()))  # all writers start together: tables created once

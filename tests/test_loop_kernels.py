@@ -1,5 +1,5 @@
-"""XLA:CPU's single-kernel loops (`runner.parallel.SMALL_LOOP_BYTES`) never hold a convolution:
-a model with convolutions has every evaluation tied to `parallel.outside_loop_kernels`, which
+"""XLA:CPU's single-kernel loops (`runner.parallel.runtime.SMALL_LOOP_BYTES`) never hold a convolution:
+a model with convolutions has every evaluation tied to `kernels.outside_loop_kernels`, which
 changes no number."""
 
 import re
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import models
-from runner import hilbert as hb
-from runner import parallel, vmc
-from runner import sampler as smp
+from runner.core import kernels, vmc
+from runner.core import sampler as smp
+from runner.physics import hilbert as hb
 
 LATTICE = hb.square(4, total_sz=0)
 
@@ -127,7 +127,7 @@ def test_outside_loop_kernels_passes_values_through():
     """Every value comes back as it went in, non-finite ones included."""
     value = jnp.array([1.5, -jnp.inf, jnp.nan, 0.0 + 0j, 3 - 2j])
     anchor = jnp.array([1, -1, 1, -1, 127], jnp.int8)
-    np.testing.assert_array_equal(jax.jit(parallel.outside_loop_kernels)(value, anchor), value)
+    np.testing.assert_array_equal(jax.jit(kernels.outside_loop_kernels)(value, anchor), value)
 
 
 def test_an_unhashable_model_is_read_every_time():

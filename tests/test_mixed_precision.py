@@ -1,15 +1,17 @@
 """dtype=float32_mixed / complex64_mixed: 32-bit model, samples, local energies and log-derivatives,
-64-bit dense SR and minSR solves (runner.precond.solving_in), checked against full float64."""
+64-bit dense SR and minSR solves (runner.core.precond.solving_in), checked against full float64."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from runner import app, parallel, precond
-from runner.build import build
-from runner.sampler import sample
-from runner.vmc import gradient_mode, init_state, jacobian, local_energies
+from runner import app
+from runner.config.build import build
+from runner.core import precond
+from runner.core.sampler import sample
+from runner.core.vmc import gradient_mode, init_state, jacobian, local_energies
+from runner.parallel import mesh
 from tests.test_config import compose_config
 
 CASES = {  # real parameters on the TFIM chain; complex (holomorphic) ones on the Heisenberg chain
@@ -108,7 +110,7 @@ def test_a_short_run_reaches_the_float64_energy(case, tmp_path):
         config = compose_config([*base, f"dtype={dtype}", "n_iter=80", "sampler.n_samples=512", "sampler.n_chains=16",
                                  "final_rounds=4", "exact=true", "checkpoint_every=1000", "preconditioner.solver=cholesky",
                                  "optimizer.learning_rate=0.05"])
-        summaries[dtype] = app.execute(build(config), parallel.make_mesh("single"), tmp_path / dtype)
+        summaries[dtype] = app.execute(build(config), mesh.make_mesh("single"), tmp_path / dtype)
     mixed = summaries[dtypes[2]]
     for other in dtypes[:2]:
         gap = abs(mixed["energy"] - summaries[other]["energy"])

@@ -7,8 +7,16 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from models import MLP, RBM, Jastrow
-from models.common import (LOG_PROD_BLOCK, arctan2, log1p_unit, log_cosh, log_cosh_series, sincos, sum_log_cosh,
-                           sum_log_cosh_real_part)
+from models.common import (
+    LOG_PROD_BLOCK,
+    arctan2,
+    log1p_unit,
+    log_cosh,
+    log_cosh_series,
+    sincos,
+    sum_log_cosh,
+    sum_log_cosh_real_part,
+)
 from runner.errors import ConfigError
 
 DTYPES = [jnp.float64, jnp.float32, jnp.complex128, jnp.complex64]
@@ -186,9 +194,13 @@ def test_bad_model_values(make, key):
 # --- the lattice models (rbm_symm, cnn, vit) and their symmetry projection, against exact sums ----
 
 from models import CNN, RBMSymm, ViT  # noqa: E402
-from runner import hilbert as hb  # noqa: E402
-from runner import operators, precond  # noqa: E402
-from runner.vmc import gradient_mode, log_derivatives  # noqa: E402
+from runner.core import (
+    local_energy,
+    precond,  # noqa: E402
+)
+from runner.core.vmc import gradient_mode  # noqa: E402
+from runner.physics import hamiltonians
+from runner.physics import hilbert as hb  # noqa: E402
 from tests.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
 from tests.test_gradients import _exact_energy, _exact_weighted, _problem, _wirtinger_reference  # noqa: E402
 
@@ -292,9 +304,9 @@ def _dense_heisenberg(lattice, J2):
 def test_local_energies_match_dense_h_psi(name, dtype):
     lattice, model, states, params = _lattice_model(name, dtype)
     J2 = 0.3 if lattice.n_sites == 6 else 0.0
-    ham = operators.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
     logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
-    eloc = jax.jit(jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s)))(states)
+    eloc = jax.jit(jax.vmap(lambda s: local_energy.local_energy(ham, logpsi, params, s)))(states)
     psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
     idx = basis_index(np.asarray(states))
     expected = (_dense_heisenberg(lattice, J2) @ psi)[idx] / psi[idx]
@@ -311,7 +323,7 @@ def test_force_matches_exact_gradient(name, dtype):
     equal to the derivative of the exact energy <psi|H|psi> / <psi|psi> (Kronecker H)."""
     lattice, model, states, params = _lattice_model(name, dtype, seed=1)
     J2 = 0.3 if lattice.n_sites == 6 else 0.0
-    ham = operators.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
     problem = _problem(model, ham)
     mode = gradient_mode(params, model)
     assert mode == ("holomorphic" if dtype == jnp.complex128 else "real")
@@ -350,15 +362,16 @@ LATTICE_CONFIGS = {"rbm_symm": ["model=rbm_symm"], "cnn": ["model=cnn", "model.c
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
 def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
-    from runner import app, parallel
-    from runner.build import build
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
     from tests.test_config import compose_config
 
     config = compose_config([
         "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=exact", "sampler.n_samples=512",
         "sampler.n_chains=16", f"dtype={dtype}", "n_iter=40", "optimizer.learning_rate=0.02", "exact=true",
         "final_rounds=1", *LATTICE_CONFIGS[name]])
-    summary = app.execute(build(config), parallel.make_mesh("single"), tmp_path)
+    summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
     assert summary["status"] == "completed"
     assert summary["relative_error"] < 0.02, summary
 
@@ -366,10 +379,10 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
 def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
-    from runner import parallel
-    from runner.build import build
-    from runner.sampler import sample
-    from runner.vmc import energy_and_update, init_state
+    from runner.config.build import build
+    from runner.core.sampler import sample
+    from runner.core.vmc import energy_and_update, init_state
+    from runner.parallel import mesh
     from tests.test_config import compose_config
 
     # The vit at d_model 4 (under 500 parameters: the dense SR solve). At its default size SR takes
@@ -384,7 +397,7 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
     step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
     stats_1, grads_1 = step(state.params, sigma_CxTxN)
-    layout = parallel.make_mesh("sharded")
+    layout = mesh.make_mesh("sharded")
     sharded = jax.device_put(sigma_CxTxN, layout.chains)
     stats_4, grads_4 = step(jax.device_put(state.params, layout.replicated), sharded)
     assert len(sharded.sharding.device_set) == 4
@@ -477,8 +490,8 @@ def test_the_cnn_convolves_by_the_form_its_batch_takes(dtype):
     from unittest import mock
 
     from models import cnn
-    from runner import hilbert as hb
-    from runner.vmc import _has_primitive
+    from runner.core.vmc import _has_primitive
+    from runner.physics import hilbert as hb
 
     cells, n_window = 16, 9
     assert cnn.conv_form(cnn.WINDOW_BATCH, cells, n_window) == "windows"

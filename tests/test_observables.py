@@ -9,22 +9,23 @@ import optax
 import pytest
 
 from models import RBM
-from runner import hilbert as hb
-from runner import observables, operators, precond
+from runner.core import observe, precond
+from runner.core.sampler import exact as exact_sampler
+from runner.core.sampler import init_chains, sample
+from runner.core.vmc import Problem, VMCState, estimate, ratio_of
 from runner.errors import ConfigError
-from runner.sampler import exact as exact_sampler
-from runner.sampler import init_chains, sample
-from runner.vmc import Problem, VMCState, estimate, ratio_of
+from runner.physics import hamiltonians, observables, pauli
+from runner.physics import hilbert as hb
 from tests.conftest import run_cli
 from tests.dense import X, Z, basis_index, dense_pauli, site_op
 
 CASES = {
     # name: (lattice, Hamiltonian), the Hamiltonian only for its basis rotation
-    "ising_chain6": lambda: (lambda h: (h, operators.ising(h, 1.0, 0.7)))(hb.chain(6)),
-    "heisenberg_chain6_marshall": lambda: (lambda h: (h, operators.heisenberg(h, 1.0, 0.0, True)))(hb.chain(6)),
-    "heisenberg_square2x3_obc_marshall": lambda: (lambda h: (h, operators.heisenberg(h, 1.0, 0.0, True)))(
+    "ising_chain6": lambda: (lambda h: (h, hamiltonians.ising(h, 1.0, 0.7)))(hb.chain(6)),
+    "heisenberg_chain6_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, True)))(hb.chain(6)),
+    "heisenberg_square2x3_obc_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, True)))(
         hb.square(Lx=2, Ly=3, pbc=False)),
-    "heisenberg_chain6_sz0_marshall": lambda: (lambda h: (h, operators.heisenberg(h, 1.0, 0.0, True)))(
+    "heisenberg_chain6_sz0_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, True)))(
         hb.chain(6, total_sz=0)),
 }
 
@@ -45,7 +46,7 @@ def _model_state(lattice, param_dtype, seed=3, scale=4.0):
 
 def _exact_means(obs, problem, params, states):
     """The estimator's means as exact sums over the basis with weights |psi|^2."""
-    local = observables.local_values(obs, problem, params, jnp.asarray(states)[None])
+    local = observe.local_values(obs, problem, params, jnp.asarray(states)[None])
     logpsi = np.asarray(problem.logpsi(params, jnp.asarray(states)))
     w = np.exp(2 * (logpsi.real - logpsi.real.max()))
     w /= w.sum()
@@ -118,7 +119,7 @@ def test_spin_operators_as_pauli_sums_match_dense():
     ops = dict(observables.spin_operators(lattice))
     assert set(ops) == set(dense)
     for name, op in ops.items():
-        np.testing.assert_allclose(operators.to_sparse(op, states).toarray(), dense[name][np.ix_(idx, idx)].real,
+        np.testing.assert_allclose(pauli.to_sparse(op, states).toarray(), dense[name][np.ix_(idx, idx)].real,
                                    atol=1e-12, err_msg=name)
 
 
@@ -126,7 +127,7 @@ def test_spin_operators_as_pauli_sums_match_dense():
 @pytest.mark.parametrize("ratio", ["full", "rbm"])
 def test_custom_with_y_terms_matches_dense(param_dtype, ratio):
     lattice = hb.chain(6)
-    ham = operators.heisenberg(lattice, 1.0, 0.0, True)  # rotated: X and Y on odd sites flip sign
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)  # rotated: X and Y on odd sites flip sign
     spec = {
         "xy": [{"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": 0.3, "ops": "Y", "on": "sites"}],
         "yzy": [{"coeff": -0.4, "ops": "YZY", "on": [[0, 2, 3], [1, 4, 5]]}, {"coeff": 0.2, "ops": "Z", "on": [[2]]}],
@@ -150,7 +151,7 @@ def test_custom_with_y_terms_matches_dense(param_dtype, ratio):
 
 def test_one_pass_evaluates_each_distinct_configuration_once():
     lattice = hb.chain(6)
-    ham = operators.ising(lattice, 1.0, 1.0)
+    ham = hamiltonians.ising(lattice, 1.0, 1.0)
     spec = {
         "x": [{"coeff": 1.0, "ops": "X", "on": "sites"}],
         "x_again": [{"coeff": 2.0, "ops": "X", "on": "sites"}, {"coeff": 1.0, "ops": "XZ", "on": "bonds"}],
@@ -168,7 +169,7 @@ def test_one_pass_evaluates_each_distinct_configuration_once():
         rows.append(int(np.prod(sigma_xN.shape[:-1])))
         return model.apply({"params": p}, sigma_xN)
 
-    jax.jit(lambda s: observables.local_values_one(obs, counting_logpsi, params, s))(jnp.asarray(states[5]))
+    jax.jit(lambda s: observe.local_values_one(obs, counting_logpsi, params, s))(jnp.asarray(states[5]))
     assert sorted(rows) == [1, 12]  # sigma itself, and each distinct connected configuration once
     moves = []
     rbm_ratio = ratio_of(model)
@@ -177,14 +178,14 @@ def test_one_pass_evaluates_each_distinct_configuration_once():
         moves.append(sites_KxJ.shape)
         return rbm_ratio(p, sigma_N, sites_KxJ, delta_KxJ)
 
-    jax.jit(lambda s: observables.local_values_one(obs, counting_logpsi, params, s, counting_ratio))(
+    jax.jit(lambda s: observe.local_values_one(obs, counting_logpsi, params, s, counting_ratio))(
         jnp.asarray(states[5]))
     assert moves == [(6, 1), (6, 2)]
 
 
 def test_error_bar_is_positive_and_shrinks_like_one_over_sqrt_n():
     lattice = hb.chain(6)
-    ham = operators.ising(lattice, 1.0, 0.7)
+    ham = hamiltonians.ising(lattice, 1.0, 0.7)
     model, params, _ = _model_state(lattice, jnp.float64, scale=2.0)
     obs = observables.spin(lattice, ham)
     errors = []
@@ -193,7 +194,7 @@ def test_error_bar_is_positive_and_shrinks_like_one_over_sqrt_n():
         problem = _problem(model, sampler)
         chains = init_chains(sampler, 7)
         _, sigma, _ = sample(sampler, problem.amplitude, params, chains)
-        measured = jax.jit(lambda s: observables.measure(obs, observables.local_values(obs, problem, params, s)))(sigma)
+        measured = jax.jit(lambda s: observe.measure(obs, observe.local_values(obs, problem, params, s)))(sigma)
         errors.append(np.array([measured[observables.ERROR_PREFIX + n] for n in obs.all_names]))
     small, large = errors
     assert np.all(small > 0) and np.all(large > 0)
@@ -203,13 +204,13 @@ def test_error_bar_is_positive_and_shrinks_like_one_over_sqrt_n():
 
 def test_estimate_shares_samples_with_the_energy_and_matches_dense():
     lattice = hb.chain(6)
-    ham = operators.heisenberg(lattice, 1.0, 0.0, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)
     model, params, states = _model_state(lattice, jnp.complex128, scale=2.0)
     sampler = exact_sampler(lattice, n_samples=1024, n_chains=8)
     problem = _problem(model, sampler, hamiltonian=ham)
     state = VMCState(params, None, init_chains(sampler, 1), jnp.zeros((), jnp.int32), None)
     obs = observables.spin(lattice, ham)
-    chains, (energy, measured) = jax.jit(lambda s: observables.estimate(problem, obs, s, n_rounds=4))(state)
+    chains, (energy, measured) = jax.jit(lambda s: observe.estimate(problem, obs, s, n_rounds=4))(state)
     plain_chains, plain = jax.jit(lambda s: estimate(problem, s, n_rounds=4))(state)
     assert energy["energy"] == plain["energy"]  # the very same samples
     np.testing.assert_array_equal(chains.sigma_CxN, plain_chains.sigma_CxN)
@@ -233,12 +234,12 @@ def test_estimate_shares_samples_with_the_energy_and_matches_dense():
 
 def test_step_observer_measures_only_every_k_steps():
     lattice = hb.chain(6)
-    ham = operators.ising(lattice, 1.0, 0.7)
+    ham = hamiltonians.ising(lattice, 1.0, 0.7)
     model, params, _ = _model_state(lattice, jnp.float64)
     sampler = exact_sampler(lattice, n_samples=64, n_chains=4)
     problem = _problem(model, sampler, hamiltonian=ham)
-    assert observables.step_observer(observables.spin(lattice, ham, every=0), problem) is None
-    observe = observables.step_observer(observables.spin(lattice, ham, every=3), problem)
+    assert observe.step_observer(observables.spin(lattice, ham, every=0), problem) is None
+    observe = observe.step_observer(observables.spin(lattice, ham, every=3), problem)
     _, sigma, _ = sample(sampler, problem.amplitude, params, init_chains(sampler, 0))
     fn = jax.jit(lambda step: observe(params, sigma, None, step))
     on, off = jax.device_get(fn(jnp.int32(6))), jax.device_get(fn(jnp.int32(7)))
@@ -264,7 +265,7 @@ def test_step_observer_measures_only_every_k_steps():
 def test_bad_values_raise_config_error(make, key):
     lattice = hb.chain(4)
     with pytest.raises(ConfigError) as err:
-        make(lattice, operators.ising(lattice))
+        make(lattice, hamiltonians.ising(lattice))
     assert err.value.key == key
 
 
@@ -304,15 +305,16 @@ def test_report_plots_observables_against_the_swept_key(tmp_path):
 
 
 def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
-    from runner import app, parallel
-    from runner.build import build
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
     from tests.test_config import compose_config
 
     experiment = build(compose_config(["observables=spin", "observables.every=2", "n_iter=4", "hilbert.L=6",
                                        "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=2",
                                        "exact=false"]))
-    one = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "single")
-    four = app.execute(experiment, parallel.make_mesh("sharded"), tmp_path / "sharded")
+    one = app.execute(experiment, mesh.make_mesh("single"), tmp_path / "single")
+    four = app.execute(experiment, mesh.make_mesh("sharded"), tmp_path / "sharded")
     # The training energies are bitwise equal; the observables (measured in the step and in the
     # final estimate) differ between layouts in the last bit (measured: 2e-16 relative in
     # magnetization_x and xx_nn), unlike the energy: a reduction of the observables' local values
@@ -341,7 +343,7 @@ def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
 
 @pytest.mark.parametrize("option", ["none", "spin", "custom"])
 def test_every_option_composes_and_builds(option, repo):
-    from runner.build import build
+    from runner.config.build import build
     from tests.test_config import compose_config
 
     assert (repo / "conf" / "observables" / f"{option}.yaml").is_file()

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from models import RBM
-from runner import hilbert as hb
-from runner import operators
+from runner.core import local_energy
+from runner.core.vmc import ratio_of
 from runner.errors import ConfigError
-from runner.vmc import ratio_of
+from runner.physics import hamiltonians, pauli
+from runner.physics import hilbert as hb
 from tests.dense import Z, basis_index, dense_heisenberg, dense_ising, dense_pauli, dense_psi, dense_rotation, site_op
 
 LATTICES = {
@@ -43,10 +44,10 @@ CASES = [
 def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule, param_dtype):
     lattice = LATTICES[lattice_name]()
     if ham_name == "ising":
-        ham = operators.ising(lattice, J=0.8, h=1.3)
+        ham = hamiltonians.ising(lattice, J=0.8, h=1.3)
         H = _reference("ising", lattice, 0.8, 1.3, None)
     else:
-        ham = operators.heisenberg(lattice, J=1.1, J2=0.4, sign_rule=sign_rule)
+        ham = hamiltonians.heisenberg(lattice, J=1.1, J2=0.4, sign_rule=sign_rule)
         H = _reference("heisenberg", lattice, 1.1, 0.4, sign_rule)
     assert np.allclose(H, H.conj().T)
     states = hb.all_states(lattice)
@@ -59,7 +60,7 @@ def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule, param_dty
     expected = (H @ psi)[basis_index(states)] / psi[basis_index(states)]
     # Full evaluations of the connected configurations, and the RBM's cosh-ratio tables.
     for ratio in (None, ratio_of(model)):
-        e_loc = lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio)  # noqa: E731
+        e_loc = lambda s: local_energy.local_energy(ham, logpsi, params, s, ratio_fn=ratio)  # noqa: E731
         eloc = jax.jit(jax.vmap(e_loc))(jnp.asarray(states))
         np.testing.assert_allclose(np.asarray(eloc), expected, rtol=1e-10, atol=1e-10)
 
@@ -68,24 +69,24 @@ def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule, param_dty
 def test_sparse_matches_dense(ham_name, lattice_name, sign_rule):
     lattice = LATTICES[lattice_name]()
     if ham_name == "ising":
-        ham, H = operators.ising(lattice, 0.8, 1.3), _reference("ising", lattice, 0.8, 1.3, None)
+        ham, H = hamiltonians.ising(lattice, 0.8, 1.3), _reference("ising", lattice, 0.8, 1.3, None)
     else:
-        ham = operators.heisenberg(lattice, 1.1, 0.4, sign_rule)
+        ham = hamiltonians.heisenberg(lattice, 1.1, 0.4, sign_rule)
         H = _reference("heisenberg", lattice, 1.1, 0.4, sign_rule)
     states = hb.all_states(lattice)
     idx = basis_index(states)
-    np.testing.assert_allclose(operators.to_sparse(ham, states).toarray(), H[np.ix_(idx, idx)].real, atol=1e-12)
+    np.testing.assert_allclose(pauli.to_sparse(ham, states).toarray(), H[np.ix_(idx, idx)].real, atol=1e-12)
 
 
 def test_sz_sector_block_and_sign_rule_spectrum():
     lattice = hb.chain(8, total_sz=0)
     for J2 in (0.0, 0.5):
-        plain = operators.to_sparse(operators.heisenberg(lattice, 1.0, J2, False), hb.all_states(lattice))
-        rotated = operators.to_sparse(operators.heisenberg(lattice, 1.0, J2, True), hb.all_states(lattice))
+        plain = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, J2, False), hb.all_states(lattice))
+        rotated = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, J2, True), hb.all_states(lattice))
         np.testing.assert_allclose(np.linalg.eigvalsh(plain.toarray()), np.linalg.eigvalsh(rotated.toarray()), atol=1e-10)
     full = _reference("heisenberg", hb.chain(8), 1.0, 0.0, False)
     idx = basis_index(hb.all_states(lattice))
-    sector = operators.to_sparse(operators.heisenberg(lattice, 1.0, 0.0, False), hb.all_states(lattice)).toarray()
+    sector = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, 0.0, False), hb.all_states(lattice)).toarray()
     np.testing.assert_allclose(sector, full[np.ix_(idx, idx)].real, atol=1e-12)
 
 
@@ -107,18 +108,18 @@ def test_lattice_geometry():
         (lambda: hb.chain(-3), "L"),
         (lambda: hb.chain(2), "L"),
         (lambda: hb.chain(4.5), "L"),
-        (lambda: operators.heisenberg(hb.chain(5), sign_rule=True), "sign_rule"),
-        (lambda: operators.ising(hb.chain(4, total_sz=0)), "hilbert.total_sz"),
-        (lambda: operators.ising(hb.chain(4), h="strong"), "h"),
-        (lambda: operators.heisenberg(hb.triangular(3), sign_rule=True), "sign_rule"),
-        (lambda: operators.heisenberg(hb.chain(3), J2=0.5), "J2"),
-        (lambda: operators.xxz(hb.chain(4), Delta=None), "Delta"),
-        (lambda: operators.pauli(hb.chain(3), [{"coeff": 1.0, "ops": "ZZ", "on": "next_bonds"}]), "terms[0].on"),
-        (lambda: operators.pauli(hb.chain(4), [{"coeff": "1j", "ops": "ZZ", "on": "bonds"}]), "terms"),
-        (lambda: operators.pauli(hb.chain(4), [{"coeff": 1.0, "ops": "ZZ", "on": [[0, 1, 2]]}]), "terms[0].on"),
-        (lambda: operators.pauli(hb.chain(4), [{"coeff": 1.0, "ops": "ZQ", "on": "bonds"}]), "terms[0].ops"),
-        (lambda: operators.pauli(hb.chain(4), [{"coeff": "big", "ops": "Z", "on": "sites"}]), "terms[0].coeff"),
-        (lambda: operators.pauli(hb.chain(4, total_sz=0), [{"coeff": 1.0, "ops": "XZ", "on": "bonds"}]), "hilbert.total_sz"),
+        (lambda: hamiltonians.heisenberg(hb.chain(5), sign_rule=True), "sign_rule"),
+        (lambda: hamiltonians.ising(hb.chain(4, total_sz=0)), "hilbert.total_sz"),
+        (lambda: hamiltonians.ising(hb.chain(4), h="strong"), "h"),
+        (lambda: hamiltonians.heisenberg(hb.triangular(3), sign_rule=True), "sign_rule"),
+        (lambda: hamiltonians.heisenberg(hb.chain(3), J2=0.5), "J2"),
+        (lambda: hamiltonians.xxz(hb.chain(4), Delta=None), "Delta"),
+        (lambda: hamiltonians.pauli(hb.chain(3), [{"coeff": 1.0, "ops": "ZZ", "on": "next_bonds"}]), "terms[0].on"),
+        (lambda: hamiltonians.pauli(hb.chain(4), [{"coeff": "1j", "ops": "ZZ", "on": "bonds"}]), "terms"),
+        (lambda: hamiltonians.pauli(hb.chain(4), [{"coeff": 1.0, "ops": "ZZ", "on": [[0, 1, 2]]}]), "terms[0].on"),
+        (lambda: hamiltonians.pauli(hb.chain(4), [{"coeff": 1.0, "ops": "ZQ", "on": "bonds"}]), "terms[0].ops"),
+        (lambda: hamiltonians.pauli(hb.chain(4), [{"coeff": "big", "ops": "Z", "on": "sites"}]), "terms[0].coeff"),
+        (lambda: hamiltonians.pauli(hb.chain(4, total_sz=0), [{"coeff": 1.0, "ops": "XZ", "on": "bonds"}]), "hilbert.total_sz"),
     ],
 )
 def test_bad_values_raise_config_error(make, key):
@@ -166,17 +167,17 @@ def _hamiltonian_and_dense(kind, lattice):
     n = lattice.n_sites
     j2 = 0.0 if lattice.next_bonds_issue else 0.35
     if kind == "ising":
-        return operators.ising(lattice, J=0.8, h=1.3), dense_ising(lattice.bonds, n, 0.8, 1.3)
+        return hamiltonians.ising(lattice, J=0.8, h=1.3), dense_ising(lattice.bonds, n, 0.8, 1.3)
     if kind == "heisenberg":
-        ham = operators.heisenberg(lattice, J=1.1, J2=j2, sign_rule=None)
+        ham = hamiltonians.heisenberg(lattice, J=1.1, J2=j2, sign_rule=None)
         H = dense_heisenberg(lattice.bonds, lattice.next_bonds, n, 1.1, j2)
     elif kind == "xxz":
-        ham = operators.xxz(lattice, J=0.9, Delta=0.6, hz=0.3)
+        ham = hamiltonians.xxz(lattice, J=0.9, Delta=0.6, hz=0.3)
         H = dense_pauli([(0.9 * d, ops, tuple(b)) for b in lattice.bonds for d, ops in ((1, "XX"), (1, "YY"), (0.6, "ZZ"))]
                         + [(-0.3, "Z", (i,)) for i in range(n)], n)
     else:
         terms = PAULI_TERMS if not lattice.next_bonds_issue else PAULI_TERMS[:-1]
-        ham = operators.pauli(lattice, terms)
+        ham = hamiltonians.pauli(lattice, terms)
         H = dense_pauli(_expand(lattice, terms), n)
     U = dense_rotation(ham.rotated or (), n)
     return ham, U @ H @ U
@@ -194,18 +195,18 @@ def test_every_lattice_and_hamiltonian_matches_dense(lattice_name, kind):
     states = hb.all_states(lattice)
     idx = basis_index(states)
     H = H[np.ix_(idx, idx)]
-    np.testing.assert_allclose(operators.to_sparse(ham, states).toarray(), H, atol=1e-12)
+    np.testing.assert_allclose(pauli.to_sparse(ham, states).toarray(), H, atol=1e-12)
     # connected(): the same elements, row by row
     for row in (0, 5, len(states) - 1):
-        sigmap_KxN, mel_K, diag = operators.connected(ham, jnp.asarray(states[row]))
+        sigmap_KxN, mel_K, diag = local_energy.connected(ham, jnp.asarray(states[row]))
         np.testing.assert_allclose(diag, H[row, row].real, atol=1e-12)
         cols = np.searchsorted(hb.states_to_codes(states), hb.states_to_codes(np.asarray(sigmap_KxN)))
         np.testing.assert_allclose(np.asarray(mel_K), H[row, cols], atol=1e-12)
     # exact properties against the dense matrix
     Sz = sum(site_op(Z, i, lattice.n_sites) for i in range(lattice.n_sites))[np.ix_(idx, idx)]
-    assert operators.conserves_sz(ham) == np.allclose(H @ Sz, Sz @ H)
+    assert pauli.conserves_sz(ham) == np.allclose(H @ Sz, Sz @ H)
     off = H - np.diag(np.diag(H))
-    assert operators.is_stoquastic(ham) == bool(np.all(np.abs(off.imag) < 1e-12) and np.all(off.real < 1e-12))
+    assert pauli.is_stoquastic(ham) == bool(np.all(np.abs(off.imag) < 1e-12) and np.all(off.real < 1e-12))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -222,7 +223,7 @@ def test_local_energies_of_every_hamiltonian_match_dense(lattice_name, kind):
     idx = basis_index(states)
     expected = (H @ psi)[idx] / psi[idx]
     for ratio in (None, ratio_of(model)):
-        e_loc = jax.jit(jax.vmap(lambda s: operators.local_energy(ham, logpsi, params, s, ratio_fn=ratio)))  # noqa: B023
+        e_loc = jax.jit(jax.vmap(lambda s: local_energy.local_energy(ham, logpsi, params, s, ratio_fn=ratio)))  # noqa: B023
         np.testing.assert_allclose(np.asarray(e_loc(jnp.asarray(states))), expected, rtol=1e-9, atol=1e-9)
 
 
@@ -231,7 +232,7 @@ def test_zero_elements_do_not_multiply_overflowing_ratios(use_ratio):
     """Issue 11a: Heisenberg L=8, Sz=0, float32 RBM with a uniform visible bias of 25: a flip of
     a parallel pair (element 0) has psi ratio e^{+-100}, inf in float32; E_loc must stay finite."""
     lattice = hb.chain(8, total_sz=0)
-    ham = operators.heisenberg(lattice)
+    ham = hamiltonians.heisenberg(lattice)
     states = jnp.asarray(hb.all_states(lattice))
     model32, model64 = RBM(alpha=1, param_dtype=jnp.float32), RBM(alpha=1, param_dtype=jnp.float64)
     params = model32.init(jax.random.PRNGKey(0), states[0])["params"]
@@ -239,9 +240,9 @@ def test_zero_elements_do_not_multiply_overflowing_ratios(use_ratio):
     params64 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float64), params)
     ratio = ratio_of(model32) if use_ratio else None
     logpsi32 = lambda p, s: model32.apply({"params": p}, s)  # noqa: E731
-    eloc = jax.jit(jax.vmap(lambda s: operators.local_energy(ham, logpsi32, params, s, ratio_fn=ratio)))(states)
+    eloc = jax.jit(jax.vmap(lambda s: local_energy.local_energy(ham, logpsi32, params, s, ratio_fn=ratio)))(states)
     assert np.all(np.isfinite(np.asarray(eloc)))
-    H = operators.to_sparse(ham, np.asarray(states)).toarray()
+    H = pauli.to_sparse(ham, np.asarray(states)).toarray()
     psi = np.exp(np.asarray(model64.apply({"params": params64}, states), np.float64))
     np.testing.assert_allclose(np.asarray(eloc, np.float64), (H @ psi) / psi, rtol=2e-4, atol=2e-4)
     weights = psi**2 / np.sum(psi**2)
@@ -250,37 +251,37 @@ def test_zero_elements_do_not_multiply_overflowing_ratios(use_ratio):
 
 def test_sign_rule_default_only_where_it_makes_h_stoquastic():
     chain = hb.chain(6)
-    antiferro = operators.heisenberg(chain, J=1.0)
-    assert antiferro.rotated == tuple(np.nonzero(chain.sublattice)[0]) and operators.is_stoquastic(antiferro)
-    ferro = operators.heisenberg(chain, J=-1.0)
-    assert ferro.rotated is None and operators.is_stoquastic(ferro)
-    frustrated = operators.heisenberg(chain, J=1.0, J2=0.5)
-    assert frustrated.rotated is None and not operators.is_stoquastic(frustrated)
-    forced = operators.heisenberg(chain, J=1.0, J2=0.5, sign_rule=True)
+    antiferro = hamiltonians.heisenberg(chain, J=1.0)
+    assert antiferro.rotated == tuple(np.nonzero(chain.sublattice)[0]) and pauli.is_stoquastic(antiferro)
+    ferro = hamiltonians.heisenberg(chain, J=-1.0)
+    assert ferro.rotated is None and pauli.is_stoquastic(ferro)
+    frustrated = hamiltonians.heisenberg(chain, J=1.0, J2=0.5)
+    assert frustrated.rotated is None and not pauli.is_stoquastic(frustrated)
+    forced = hamiltonians.heisenberg(chain, J=1.0, J2=0.5, sign_rule=True)
     assert forced.rotated is not None
     states = hb.all_states(chain)
-    np.testing.assert_allclose(np.linalg.eigvalsh(operators.to_sparse(forced, states).toarray()),
-                               np.linalg.eigvalsh(operators.to_sparse(frustrated, states).toarray()), atol=1e-10)
-    assert operators.heisenberg(chain, sign_rule=False).rotated is None
-    assert operators.heisenberg(hb.triangular(3)).rotated is None  # not bipartite: default off
+    np.testing.assert_allclose(np.linalg.eigvalsh(pauli.to_sparse(forced, states).toarray()),
+                               np.linalg.eigvalsh(pauli.to_sparse(frustrated, states).toarray()), atol=1e-10)
+    assert hamiltonians.heisenberg(chain, sign_rule=False).rotated is None
+    assert hamiltonians.heisenberg(hb.triangular(3)).rotated is None  # not bipartite: default off
     with pytest.raises(ConfigError) as info:
-        operators.heisenberg(hb.triangular(3), sign_rule=True)
+        hamiltonians.heisenberg(hb.triangular(3), sign_rule=True)
     assert info.value.key == "sign_rule"
 
 
 def test_rotate_like_maps_observables_into_the_simulated_basis():
     lattice = hb.chain(4, pbc=False)
-    ham = operators.heisenberg(lattice)  # Marshall-rotated on sites 1, 3
+    ham = hamiltonians.heisenberg(lattice)  # Marshall-rotated on sites 1, 3
     assert ham.rotated == (1, 3)
     terms = [(0.5, "XX", (0, 1)), (-0.3, "YZ", (1, 2)), (0.2, "Z", (3,)), (0.1, "XY", (2, 3))]
-    obs = operators.pauli_sum(4, terms)
-    rotated = operators.rotate_like(ham, obs)
+    obs = pauli.pauli_sum(4, terms)
+    rotated = pauli.rotate_like(ham, obs)
     U = dense_rotation((1, 3), 4)
     states = hb.all_states(lattice)
     idx = basis_index(states)
-    np.testing.assert_allclose(operators.to_sparse(rotated, states).toarray(), (U @ dense_pauli(terms, 4) @ U)[np.ix_(idx, idx)],
+    np.testing.assert_allclose(pauli.to_sparse(rotated, states).toarray(), (U @ dense_pauli(terms, 4) @ U)[np.ix_(idx, idx)],
                                atol=1e-12)
-    assert operators.rotate(rotated, (1, 3)).terms == obs.terms  # U U = 1
+    assert pauli.rotate(rotated, (1, 3)).terms == obs.terms  # U U = 1
     # <psi|O|psi> = <U psi|U O U|U psi>
     psi = np.random.default_rng(0).standard_normal(16) + 0j
     H_obs = dense_pauli(terms, 4)
@@ -288,33 +289,33 @@ def test_rotate_like_maps_observables_into_the_simulated_basis():
 
 
 def test_pauli_sum_combines_strings_and_checks_hermiticity():
-    op = operators.pauli_sum(3, [(0.5, "XX", (0, 1)), (1.0, "YY", (0, 1)), (0.5, "XX", (1, 0))])
+    op = pauli.pauli_sum(3, [(0.5, "XX", (0, 1)), (1.0, "YY", (0, 1)), (0.5, "XX", (1, 0))])
     assert len(op.terms) == 2 and op.n_connected == 1
     # X X + Y Y on a parallel pair: one connected configuration with element 0
-    _, mel_K, _ = operators.connected(op, jnp.array([1, 1, -1], jnp.int8))
+    _, mel_K, _ = local_energy.connected(op, jnp.array([1, 1, -1], jnp.int8))
     np.testing.assert_allclose(mel_K, [0.0])
     with pytest.raises(ConfigError):
-        operators.pauli_sum(2, [(1j, "XY", (0, 1))])
-    assert operators.pauli_sum(2, [(1j, "XY", (0, 0))]).terms == ((-1.0, "Z", (0,)),)
-    assert operators.pauli_sum(2, [(1.0, "ZZ", (0, 1)), (-1.0, "ZZ", (1, 0))]).terms == ()
+        pauli.pauli_sum(2, [(1j, "XY", (0, 1))])
+    assert pauli.pauli_sum(2, [(1j, "XY", (0, 0))]).terms == ((-1.0, "Z", (0,)),)
+    assert pauli.pauli_sum(2, [(1.0, "ZZ", (0, 1)), (-1.0, "ZZ", (1, 0))]).terms == ()
 
 
 def test_next_bond_shell_convention_against_dense():
     """Issue 11c: chain L=4's next bonds (0, 2), (1, 3) each once; L=3 refuses J2."""
     lattice = hb.chain(4)
-    ham = operators.heisenberg(lattice, J=1.0, J2=0.7, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.7, sign_rule=False)
     H = dense_heisenberg([(0, 1), (1, 2), (2, 3), (0, 3)], [(0, 2), (1, 3)], 4, 1.0, 0.7)
-    np.testing.assert_allclose(operators.to_sparse(ham, hb.all_states(lattice)).toarray(),
+    np.testing.assert_allclose(pauli.to_sparse(ham, hb.all_states(lattice)).toarray(),
                                H[np.ix_(basis_index(hb.all_states(lattice)), basis_index(hb.all_states(lattice)))], atol=1e-12)
-    for make in (lambda: operators.heisenberg(hb.chain(3), J2=0.5),
-                 lambda: operators.pauli(hb.chain(3), [{"coeff": 1.0, "ops": "XX", "on": "next_bonds"}])):
+    for make in (lambda: hamiltonians.heisenberg(hb.chain(3), J2=0.5),
+                 lambda: hamiltonians.pauli(hb.chain(3), [{"coeff": 1.0, "ops": "XX", "on": "next_bonds"}])):
         with pytest.raises(ConfigError, match="next"):
             make()
-    assert operators.heisenberg(hb.chain(3), J2=0.0).n_connected == 3
+    assert hamiltonians.heisenberg(hb.chain(3), J2=0.0).n_connected == 3
 
 
 def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(caplog):
-    from runner.build import build
+    from runner.config.build import build
     from tests.test_config import compose_config
 
     with pytest.raises(ConfigError) as info:
@@ -341,9 +342,9 @@ def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(
 
 
 def test_pauli_config_option_reads_yaml_terms():
-    from runner.build import build
+    from runner.config.build import build
     from tests.test_config import compose_config
 
     experiment = build(compose_config(["hamiltonian=pauli", "hilbert.L=6"]))
-    reference = operators.ising(experiment.hilbert, J=1.0, h=1.0)
+    reference = hamiltonians.ising(experiment.hilbert, J=1.0, h=1.0)
     assert experiment.hamiltonian.terms == reference.terms

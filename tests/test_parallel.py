@@ -15,9 +15,12 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
-from runner import app, checkpoint, parallel, precond
-from runner.build import build
-from runner.vmc import energy_and_update, init_state, parameter_blocks, vmc_step
+from runner import app
+from runner.config.build import build
+from runner.core import precond
+from runner.core.vmc import energy_and_update, init_state, parameter_blocks, vmc_step
+from runner.parallel import distributed, mesh, runtime
+from runner.run import checkpoint
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 
@@ -64,8 +67,8 @@ def start_distributed(overrides, run_dir, port, n_proc=2, devices=2):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_single_and_sharded_give_identical_runs(name, tmp_path):
     experiment = build(compose_config([*CASES[name], *COMMON]))
-    one = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "single")
-    four = app.execute(experiment, parallel.make_mesh("sharded"), tmp_path / "sharded")
+    one = app.execute(experiment, mesh.make_mesh("single"), tmp_path / "single")
+    four = app.execute(experiment, mesh.make_mesh("sharded"), tmp_path / "sharded")
     assert four["devices"] == 4 and one["devices"] == 1
     if name in NOT_BITWISE:
         np.testing.assert_allclose(energies(tmp_path / "sharded"), energies(tmp_path / "single"), rtol=1e-10)
@@ -80,7 +83,7 @@ def test_dense_sr_gathered_under_a_mesh_gives_identical_runs(tmp_path):
     chain: runs still agree bitwise between 1 and 4 devices."""
     experiment = build(compose_config([*CASES["tfim_real_local_sr"], *COMMON]))
     for backend in ("single", "sharded"):
-        layout = parallel.make_mesh(backend)
+        layout = mesh.make_mesh(backend)
         with jax.set_mesh(layout.mesh):
             app.execute(experiment, layout, tmp_path / backend)
     np.testing.assert_array_equal(energies(tmp_path / "sharded"), energies(tmp_path / "single"))
@@ -92,9 +95,9 @@ def test_checkpoint_resumes_on_another_layout(tmp_path):
 
     experiment = build(compose_config([*CASES["heis_complex_exchange_minsr"], *COMMON, "checkpoint_every=100"]))
     short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=4))
-    app.execute(short, parallel.make_mesh("sharded"), tmp_path / "moved")
-    moved = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "moved")
-    straight = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "straight")
+    app.execute(short, mesh.make_mesh("sharded"), tmp_path / "moved")
+    moved = app.execute(experiment, mesh.make_mesh("single"), tmp_path / "moved")
+    straight = app.execute(experiment, mesh.make_mesh("single"), tmp_path / "straight")
     np.testing.assert_allclose(energies(tmp_path / "moved"), energies(tmp_path / "straight"), rtol=1e-10)
     np.testing.assert_allclose(moved["energy"], straight["energy"], rtol=1e-10)
 
@@ -125,7 +128,7 @@ def execute_on_devices(experiment, tmp_path, counts):
     """The run on the first n devices of one process for each n, into tmp_path/devices{n}."""
     devices = jax.devices()
     for n in counts:
-        layout = parallel.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (parallel.CHAIN_AXIS,)))
+        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
         app.execute(experiment, layout, tmp_path / f"devices{n}")
 
 
@@ -214,10 +217,10 @@ def _sharded_inputs(name):
 @pytest.mark.parametrize("name", ["tfim_real_local_sr", "tfim_real_local_sr_cg", "heis_complex_exchange_minsr"])
 def test_energy_gradient_and_update_on_sharded_samples(name):
     problem, state = _sharded_inputs(name)
-    from runner.sampler import sample
+    from runner.core.sampler import sample
 
     _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
-    layout = parallel.make_mesh("sharded")
+    layout = mesh.make_mesh("sharded")
     f = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
     stats_1, grads_1 = f(state.params, sigma_CxTxN)
     sharded = jax.device_put(sigma_CxTxN, layout.chains)
@@ -229,21 +232,21 @@ def test_energy_gradient_and_update_on_sharded_samples(name):
 
 def test_output_shardings_of_the_step():
     problem, _ = _sharded_inputs("tfim_real_local_sr")
-    layout = parallel.make_mesh("sharded")
+    layout = mesh.make_mesh("sharded")
     sigma_N = jnp.ones((8,), jnp.int8)
     init = lambda: init_state(problem, 0, sigma_N)  # noqa: E731
-    shardings = parallel.shard_state(jax.eval_shape(init), layout)
+    shardings = mesh.shard_state(jax.eval_shape(init), layout)
     state = jax.jit(init, out_shardings=shardings)()
     step = jax.jit(lambda s: vmc_step(problem, s), in_shardings=(shardings,),
                    out_shardings=(shardings, layout.replicated))
     new_state, metrics = step(state)
-    assert new_state.chains.sigma_CxN.sharding.spec == PartitionSpec(parallel.CHAIN_AXIS)
-    assert new_state.chains.key_C.sharding.spec == PartitionSpec(parallel.CHAIN_AXIS)
+    assert new_state.chains.sigma_CxN.sharding.spec == PartitionSpec(mesh.CHAIN_AXIS)
+    assert new_state.chains.key_C.sharding.spec == PartitionSpec(mesh.CHAIN_AXIS)
     for leaf in jax.tree_util.tree_leaves(new_state.params) + jax.tree_util.tree_leaves(metrics):
         assert leaf.sharding.is_fully_replicated
     # Without explicit out_shardings the partitioner keeps chains split and parameters whole.
     free = jax.jit(lambda s: vmc_step(problem, s))(state)[0]
-    assert free.chains.sigma_CxN.sharding.spec[0] == parallel.CHAIN_AXIS
+    assert free.chains.sigma_CxN.sharding.spec[0] == mesh.CHAIN_AXIS
     assert all(x.sharding.is_fully_replicated for x in jax.tree_util.tree_leaves(free.params))
 
 
@@ -251,23 +254,23 @@ def test_chain_count_must_divide_devices():
     from runner.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
-        parallel.check_chains(6, parallel.make_mesh("sharded"))
+        mesh.check_chains(6, mesh.make_mesh("sharded"))
     assert "n_chains" in info.value.sentence() and "4 devices" in info.value.sentence()
 
 
 def test_detect_cluster_from_environment():
-    assert parallel.detect_cluster({}) is None
-    found = parallel.detect_cluster({"SUBMITIT_LOCAL_JOB_ID": "77", "SUBMITIT_LOCAL_NTASKS": "3",
+    assert distributed.detect_cluster({}) is None
+    found = distributed.detect_cluster({"SUBMITIT_LOCAL_JOB_ID": "77", "SUBMITIT_LOCAL_NTASKS": "3",
                                      "SUBMITIT_LOCAL_GLOBALID": "2"})
     assert found["num_processes"] == 3 and found["process_id"] == 2
     assert found["coordinator_address"].startswith("127.0.0.1:")
     # Ports below the ephemeral range, where no outgoing connection can hold them.
-    ports = {parallel.submitit_local_port(str(job)) for job in range(2000)}
+    ports = {distributed.submitit_local_port(str(job)) for job in range(2000)}
     assert min(ports) >= 20000 and max(ports) < 32768 and len(ports) > 1500
     slurm = {"SLURM_JOB_ID": "5", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "0",
              "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    assert parallel.detect_cluster(slurm) == {"launcher": "slurm", "local_device_ids": [0, 1, 2, 3]}
-    assert parallel.detect_cluster({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"})["launcher"] == "openmpi"
+    assert distributed.detect_cluster(slurm) == {"launcher": "slurm", "local_device_ids": [0, 1, 2, 3]}
+    assert distributed.detect_cluster({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"})["launcher"] == "openmpi"
 
 
 # minSR with its kernel in 4 chunks and SPRING's momentum, P = 296 complex parameters > 128 samples.
@@ -314,17 +317,17 @@ def test_minsr_under_a_mesh_never_gathers_the_whole_jacobian(chunk_size):
     import dataclasses
     import re
 
-    from runner.vmc import jacobian
+    from runner.core.vmc import jacobian
 
     experiment = build(compose_config(["hilbert.L=12", "model.alpha=4", "preconditioner=minsr",
                                        "sampler.n_samples=256", "sampler.n_chains=16", "exact=false"]))
     problem = dataclasses.replace(experiment.problem, chunk_size=chunk_size)
     params = jax.eval_shape(lambda: init_state(problem, 0, jnp.ones((12,), jnp.int8))).params
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
-    layout = parallel.make_mesh("sharded")
+    layout = mesh.make_mesh("sharded")
     sigma = jax.ShapeDtypeStruct((16, 16, 12), jnp.int8, sharding=layout.chains)
     eps = jax.ShapeDtypeStruct((256,), jnp.float64, sharding=jax.sharding.NamedSharding(
-        layout.mesh, PartitionSpec(parallel.CHAIN_AXIS)))
+        layout.mesh, PartitionSpec(mesh.CHAIN_AXIS)))
     solve = jax.jit(lambda p, s, e: problem.precondition(jacobian(problem, p, s, "real"), e, "real"))
     with jax.set_mesh(layout.mesh):
         hlo = solve.lower(params, sigma, eps).compile().as_text()
@@ -335,7 +338,7 @@ def test_minsr_under_a_mesh_never_gathers_the_whole_jacobian(chunk_size):
 
 _MMAPPED_BLOCKS = """
 import ctypes, json, os
-from runner.parallel import configure_runtime
+from runner.parallel.runtime import configure_runtime
 configure_runtime()
 
 class MallInfo2(ctypes.Structure):
@@ -372,6 +375,6 @@ def test_the_runtime_keeps_large_buffers_in_the_heap():
 
     tuned = run()
     assert tuned["mmapped"] == 0
-    assert tuned["env"] == {k: str(v) for k, v in parallel.MALLOC_SETTINGS.items()}
+    assert tuned["env"] == {k: str(v) for k, v in runtime.MALLOC_SETTINGS.items()}
     users = run(MALLOC_MMAP_MAX_="65536", MALLOC_TRIM_THRESHOLD_="131072")
     assert users["mmapped"] == 1 and users["env"] == {"MALLOC_MMAP_MAX_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}

@@ -1,4 +1,4 @@
-"""runner.peaks: the search for configurations with more |psi|^2 than every sample, what finding
+"""runner.diagnostics.peaks: the search for configurations with more |psi|^2 than every sample, what finding
 one proves, and where runs and evaluations report it."""
 
 import dataclasses
@@ -10,10 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from runner import app, health, parallel, peaks
-from runner.build import build
-from runner.hilbert import all_states, chain
-from runner.vmc import init_state
+from runner import app
+from runner.config.build import build
+from runner.core.vmc import init_state
+from runner.diagnostics import health, peaks
+from runner.parallel import mesh
+from runner.physics.hilbert import all_states, chain
 from tests import dense
 from tests.test_config import compose_config
 
@@ -143,15 +145,15 @@ def test_a_run_reports_the_same_check_on_every_layout_and_none_when_asked_or_aft
     overrides = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "n_iter=4", "final_rounds=1",
                  "exact=false"]
     experiment = build(compose_config(overrides))
-    one = app.execute(experiment, parallel.make_mesh("single"), tmp_path / "single")
-    four = app.execute(experiment, parallel.make_mesh("sharded"), tmp_path / "sharded")
+    one = app.execute(experiment, mesh.make_mesh("single"), tmp_path / "single")
+    four = app.execute(experiment, mesh.make_mesh("sharded"), tmp_path / "sharded")
     assert one["peak_check"]["method"] == "exhaustive" and one["peak_check"] == four["peak_check"]
     assert one["peak_check"]["found_log_abs_max"] >= one["peak_check"]["sampled_log_abs_max"]
     assert json.loads((tmp_path / "single" / "summary.json").read_text())["peak_check"] == one["peak_check"]
     off = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, peak_search=0))
-    assert app.execute(off, parallel.make_mesh("single"), tmp_path / "off")["peak_check"] is None
+    assert app.execute(off, mesh.make_mesh("single"), tmp_path / "off")["peak_check"] is None
     summed = build(compose_config([*overrides, "sampler=full_sum"]))
-    assert app.execute(summed, parallel.make_mesh("single"), tmp_path / "summed")["peak_check"] is None
+    assert app.execute(summed, mesh.make_mesh("single"), tmp_path / "summed")["peak_check"] is None
 
 
 RESTART_CASE = ["hilbert.L=12", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
@@ -162,10 +164,10 @@ RESTART_CASE = ["hilbert.L=12", "hilbert.total_sz=0", "hamiltonian=heisenberg", 
 def test_a_restart_moves_one_chain_in_turn_to_a_local_maximum_of_psi():
     experiment = build(compose_config([*RESTART_CASE, "peak_restart_every=3"]))
     problem, settings = experiment.problem, experiment.settings
-    layout = parallel.make_mesh("sharded")
+    layout = mesh.make_mesh("sharded")
     state = init_state(problem, 0, jnp.ones(12, jnp.int8))
-    shardings = parallel.shard_state(state, layout)
-    state = parallel.from_host(parallel.to_host(state), shardings)
+    shardings = mesh.shard_state(state, layout)
+    state = mesh.from_host(mesh.to_host(state), shardings)
     restart = app._chain_restarter(problem, settings, shardings)
     before = np.asarray(state.chains.sigma_CxN)
     moved, found = restart(state, 6)  # restart number 2: chain 2
@@ -189,13 +191,13 @@ def test_a_run_with_restarts_is_identical_on_every_layout_and_resumes_exactly(tm
     assert [r["step"] for r in records if "peak_log_ratio" in r] == [2, 5, 8]
     assert_identical_runs(tmp_path / "devices4", tmp_path / "devices1")
     plain = build(compose_config([*RESTART_CASE, "n_iter=10"]))
-    app.execute(plain, parallel.make_mesh("single"), tmp_path / "plain")
+    app.execute(plain, mesh.make_mesh("single"), tmp_path / "plain")
     energies = [[json.loads(line)["energy"] for line in (tmp_path / d / "metrics.jsonl").open()]
                 for d in ("plain", "devices1")]
     assert energies[0][:3] == energies[1][:3] and energies[0][3:] != energies[1][3:]  # the restart moved a chain
     short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=6))
-    app.execute(short, parallel.make_mesh("single"), tmp_path / "resumed")  # its last step restarts a chain
-    app.execute(experiment, parallel.make_mesh("single"), tmp_path / "resumed")
+    app.execute(short, mesh.make_mesh("single"), tmp_path / "resumed")  # its last step restarts a chain
+    app.execute(experiment, mesh.make_mesh("single"), tmp_path / "resumed")
     assert_identical_runs(tmp_path / "resumed", tmp_path / "devices1")
 
 

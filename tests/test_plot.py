@@ -1,9 +1,9 @@
-"""runner.plot: energy.png has a log-scale panel (|E - E_exact| with error bars, or the variance)."""
+"""runner.outputs.plot: energy.png has a log-scale panel (|E - E_exact| with error bars, or the variance)."""
 
 import numpy as np
 import pytest
 
-from runner import plot
+from runner.outputs import plot
 
 EXACT = -10.0
 

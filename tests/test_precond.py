@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from runner import precond
-from runner.stats import chain_sum, statistics
+from runner.core import precond
+from runner.core.stats import chain_sum, statistics
 
 
 def _random_jacobian(seed, n_params, n_samples, mode, dtype=jnp.float64):
@@ -86,7 +86,7 @@ def test_cg_tolerance_follows_the_dtype(caplog):
     assert precond.cg_tolerance(None, jnp.complex64) == 1e-3
     assert precond.cg_tolerance(1e-7, jnp.float64) == 1e-7  # the user's value wins
     assert precond.cg_tolerance(1e-7, jnp.float32) == precond.CG_TOL_FLOOR[4]  # but not below reach
-    with caplog.at_level(logging.WARNING, logger="runner.precond"):
+    with caplog.at_level(logging.WARNING, logger="runner.core.precond"):
         precond.sr(solver="cg", cg_tol=1e-7).init(jnp.zeros(10, jnp.float64))
         assert not caplog.records
         precond.sr(solver="cg", cg_tol=1e-7).init(jnp.zeros(10, jnp.float32))
@@ -225,9 +225,9 @@ def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
     blocks of about a third of the parameters)."""
     import dataclasses
 
-    from runner.build import build
-    from runner.sampler import sample
-    from runner.vmc import gradient_mode, init_state, jacobian, parameter_blocks
+    from runner.config.build import build
+    from runner.core.sampler import sample
+    from runner.core.vmc import gradient_mode, init_state, jacobian, parameter_blocks
     from tests.test_config import compose_config
 
     experiment = build(compose_config([*MODEL_CASES[case], "preconditioner=minsr", "sampler.n_samples=64",
@@ -264,8 +264,8 @@ def test_chunked_minsr_memory_is_bounded_by_the_chunk():
     numbers plus 4 kernels (S x S), below a third of the unchunked solve, which holds O."""
     import dataclasses
 
-    from runner.build import build
-    from runner.vmc import init_state, jacobian
+    from runner.config.build import build
+    from runner.core.vmc import init_state, jacobian
     from tests.test_config import compose_config
 
     experiment = build(compose_config(["hilbert.L=36", "model.alpha=16", "preconditioner=minsr",
@@ -390,8 +390,9 @@ def test_spring_state_survives_checkpoint_and_resume(tmp_path):
     steps straight through."""
     import dataclasses
 
-    from runner import app, parallel
-    from runner.build import build
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
     from tests.test_config import compose_config
     from tests.test_parallel import assert_identical_runs, checkpoint_leaves
 
@@ -400,7 +401,7 @@ def test_spring_state_survives_checkpoint_and_resume(tmp_path):
                                        "sampler.n_chains=8", "n_iter=6", "final_rounds=1", "exact=false",
                                        "checkpoint_every=100"]))
     short = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, n_iter=3))
-    layout = parallel.make_mesh("single")
+    layout = mesh.make_mesh("single")
     app.execute(short, layout, tmp_path / "resumed")
     # The previous update is the checkpoint's last array (the VMC state's last field).
     assert list(checkpoint_leaves(tmp_path / "resumed").values())[-1].shape == (

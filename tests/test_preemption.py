@@ -1,12 +1,12 @@
-"""runner.preemption: SIGTERM/SIGUSR2/SIGINT set a flag, a second Ctrl-C aborts, handlers are restored."""
+"""runner.run.preemption: SIGTERM/SIGUSR2/SIGINT set a flag, a second Ctrl-C aborts, handlers are restored."""
 
 import os
 import signal
 
 import pytest
 
-from runner import preemption
-from runner.preemption import StopRequest
+from runner.run import preemption
+from runner.run.preemption import StopRequest
 
 
 def test_no_signal_no_request():
@@ -42,7 +42,7 @@ def test_second_ctrl_c_aborts_at_once():
     import sys
 
     script = ("import os, signal, time\n"
-              "from runner.preemption import StopRequest\n"
+              "from runner.run.preemption import StopRequest\n"
               "with StopRequest() as stop:\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"
               "    assert stop.requested() and stop.status == 'interrupted'\n"

@@ -9,10 +9,10 @@ import pytest
 from scipy import stats as sps
 
 from models import RBM
-from runner import hilbert as hb
-from runner import sampler as smp
-from runner.hilbert import states_to_codes
-from runner.vmc import amplitude_of
+from runner.core import sampler as smp
+from runner.core.vmc import amplitude_of
+from runner.physics import hilbert as hb
+from runner.physics.hilbert import states_to_codes
 
 
 def _model_and_probs(lattice, seed=0, scale=15.0, dtype=jnp.float64, cached=True):

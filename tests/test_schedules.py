@@ -1,4 +1,4 @@
-"""runner.schedules: learning-rate and diag_shift schedules from the config, the step they read
+"""runner.config.schedules: learning-rate and diag_shift schedules from the config, the step they read
 (also across a resume), their metrics, fingerprint and refusal of bad nodes."""
 
 import json
@@ -9,10 +9,12 @@ import numpy as np
 import optax
 import pytest
 
-from runner import app, parallel, schedules
-from runner.build import build
+from runner import app
+from runner.config import schedules
+from runner.config.build import build
+from runner.core.vmc import init_state, vmc_step
 from runner.errors import ConfigError
-from runner.vmc import init_state, vmc_step
+from runner.parallel import mesh
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 
@@ -30,7 +32,7 @@ def records(run_dir):
 
 
 def execute(overrides, run_dir):
-    app.execute(build(compose_config([*RUN, *overrides])), parallel.make_mesh("single"), run_dir)
+    app.execute(build(compose_config([*RUN, *overrides])), mesh.make_mesh("single"), run_dir)
     return records(run_dir)
 
 
@@ -153,7 +155,7 @@ def test_every_preconditioner_reads_a_diag_shift_schedule(preconditioner, solver
     """SR (dense and CG) and minSR solve with the schedule's value at the step they are given."""
     if preconditioner == "minsr" and solver == "cg":
         pytest.skip("minsr has no cg solver")
-    from runner import precond
+    from runner.core import precond
 
     rng = np.random.default_rng(0)
     Obar, eps = rng.normal(size=(12, 40)), rng.normal(size=40)

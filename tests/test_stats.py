@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from runner.stats import statistics
+from runner.core.stats import statistics
 
 
 def _ar1(rho, C, T, seed=0):
@@ -70,7 +70,7 @@ def test_complex_samples():
 
 
 def test_clip_outliers_pulls_far_values_onto_the_limit():
-    from runner.stats import clip_outliers
+    from runner.core.stats import clip_outliers
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 64))

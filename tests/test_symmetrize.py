@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from models import symmetrize
-from runner import hilbert as hb
+from runner.physics import hilbert as hb
 
 
 def _random_log_psi(n_sites, complex_out, scale):

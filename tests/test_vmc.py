@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from runner import app, parallel, precond
-from runner.build import build
-from runner.sampler import sample
-from runner.vmc import estimate, gradient_mode, init_state, jacobian, local_energies, log_derivatives, vmc_step
+from runner import app
+from runner.config.build import build
+from runner.core import precond
+from runner.core.sampler import sample
+from runner.core.vmc import estimate, gradient_mode, init_state, jacobian, local_energies, log_derivatives, vmc_step
+from runner.parallel import mesh
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 
@@ -40,7 +42,7 @@ def test_chunked_evaluation_equals_unchunked():
 
 
 def test_chunked_run_equals_unchunked_run(tmp_path):
-    layout = parallel.make_mesh("single")
+    layout = mesh.make_mesh("single")
     plain = app.execute(build(compose_config([*BASE, "n_iter=5"])), layout, tmp_path / "plain")
     chunked = app.execute(build(compose_config([*BASE, "n_iter=5", "chunk_size=64"])), layout, tmp_path / "chunked")
     np.testing.assert_allclose(chunked["energy"], plain["energy"], rtol=1e-12)
@@ -148,8 +150,8 @@ def test_generic_local_energies_skip_zero_elements_and_match_dense(chunk_size):
     """A model without fast paths: E_loc of every Sz = 0 state equals (H psi)(s) / psi(s) of the
     dense J1-J2 matrix, while log psi is evaluated on the nonzero elements' configurations
     (plus at most one block of padding per chain and call), not on all K per sample."""
-    from runner import hilbert as hb
-    from runner.vmc import NONZERO_BLOCKS, nonzero_local_energies
+    from runner.core.vmc import NONZERO_BLOCKS, nonzero_local_energies
+    from runner.physics import hilbert as hb
     from tests.dense import basis_index, dense_heisenberg, dense_psi
 
     problem = build(compose_config([*J1J2_CHAIN, f"chunk_size={chunk_size or 'null'}"])).problem
@@ -180,6 +182,6 @@ def test_generic_local_energies_skip_zero_elements_and_match_dense(chunk_size):
 
 
 def operators_connected(ham, sigma_N):
-    from runner import operators
+    from runner.core import local_energy
 
-    return operators.connected(ham, jnp.asarray(sigma_N))[1]
+    return local_energy.connected(ham, jnp.asarray(sigma_N))[1]

@@ -1,4 +1,4 @@
-"""Warm starts (runner.restore, init_from): parameters and chains from another run on any layout,
+"""Warm starts (runner.run.restore, init_from): parameters and chains from another run on any layout,
 mismatches refused, the source in the fingerprint, and `init_from: previous` chaining a sweep."""
 
 import json
@@ -11,9 +11,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from runner import parallel, restore
-from runner.build import build
+from runner.config.build import build
 from runner.errors import ConfigError
+from runner.parallel import mesh
+from runner.run import restore
 from tests.conftest import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=512", "sampler.n_chains=8", "final_rounds=4", "checkpoint_every=1000"]
@@ -62,7 +63,7 @@ def test_warm_start_places_the_source_parameters_and_optionally_its_chains(sourc
     from runner.app import _place_state
 
     experiment = build(composed([f"init_from={source}", f"init_chains={str(chains).lower()}"]))
-    layout = parallel.make_mesh(backend)
+    layout = mesh.make_mesh(backend)
     cold, shardings = _place_state(experiment.problem, experiment.settings, layout)
     warm = restore.warm_start(experiment, cold, shardings)
     stored = restore.load(source).state

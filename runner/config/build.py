@@ -11,13 +11,16 @@ import jax
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner import fingerprint, observables, operators, precond, restore, schedules
+from runner.config import fingerprint, schedules
+from runner.core import precond
+from runner.core.sampler import FullSumSampler, MetropolisSampler, symmetry_group, training_power
+from runner.core.vmc import Problem, schedule_counts
+from runner.diagnostics import peaks
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
-from runner.hilbert import Hilbert
-from runner.operators import Hamiltonian
-from runner.sampler import FullSumSampler, MetropolisSampler, symmetry_group, training_power
-from runner.vmc import Problem, schedule_counts
-from runner import peaks
+from runner.physics import pauli
+from runner.physics.hilbert import Hilbert
+from runner.physics.pauli import Hamiltonian
+from runner.run import restore
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
 # Every other top-level key the composed config may hold (read by the runner, the observables,
@@ -50,7 +53,7 @@ class Settings:
     exact: Any
     chunk_size: int | None
     final_rounds: int
-    peak_search: int  # uniformly drawn starts of the final search for unsampled peaks (runner.peaks); 0: off
+    peak_search: int  # uniformly drawn starts of the final search for unsampled peaks (runner.diagnostics.peaks); 0: off
     peak_restart_every: int  # K: every K steps one chain restarts where a search finds the largest |psi|; 0: off
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
@@ -68,7 +71,7 @@ class Experiment:
     dtype_name: str
     x64: bool
     parallel: dict
-    observables: Any = None  # runner.observables.Observables, or None (observables=none)
+    observables: Any = None  # runner.physics.observables.Observables, or None (observables=none)
 
 
 # Constructor arguments the runner passes itself (`instantiate`'s runtime keywords), and where from.
@@ -78,8 +81,17 @@ RUNTIME_SOURCES = {
 }
 
 
+# Module paths of `_target_`s in run directories written before runner/ was split by concern.
+MOVED_MODULES = {
+    "runner.hilbert": "runner.physics.hilbert", "runner.operators": "runner.physics.hamiltonians",
+    "runner.observables": "runner.physics.observables", "runner.sampler": "runner.core.sampler",
+    "runner.precond": "runner.core.precond", "runner.hparams_search": "runner.run.hparams_search",
+}
+
+
 def _import(target: str):
     module, _, name = target.rpartition(".")
+    module = MOVED_MODULES.get(module, module)
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as err:
@@ -123,6 +135,11 @@ def instantiate(group: str, node: dict, **runtime):
         raise ConfigError(group, f"cannot be built from its keys ({target}: {reason}); check their values") from None
 
 
+def _observables(node: dict | None, hilbert, hamiltonian):
+    """The observables of the config group `observables` (None or missing: none)."""
+    return None if node is None else instantiate("observables", node, hilbert=hilbert, hamiltonian=hamiltonian)
+
+
 def read_settings(config: dict, sweep_job=None) -> Settings:
     """The top-level knobs. `sweep_job`: (sweep directory, job number) of a multirun job, which
     `init_from: previous` is relative to."""
@@ -158,9 +175,9 @@ def _check_chunk(chunk_size, sampler):
 def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
     """Refuses the exchange sampler for an H that does not conserve Sz and `exact: true`
     beyond the available memory."""
-    from runner import exact, operators
+    from runner.physics import exact, pauli
 
-    if str(config["sampler"].get("_target_", "")).endswith("metropolis_exchange") and not operators.conserves_sz(hamiltonian):
+    if str(config["sampler"].get("_target_", "")).endswith("metropolis_exchange") and not pauli.conserves_sz(hamiltonian):
         raise ConfigError(
             "sampler", "metropolis_exchange conserves Sz, which this Hamiltonian does not; use sampler=metropolis_local or sampler=exact"
         )
@@ -178,7 +195,7 @@ def _warn_on_signs(model, hilbert, hamiltonian, dtype_name):
     """Warns when a model whose log psi is real (real parameters, and no complex output layer or
     character to give it phases) meets a Hamiltonian that is not stoquastic. Whether log psi is
     complex is read from the model's abstract evaluation (`jax.eval_shape`: no device touched)."""
-    if dtype_name not in ("float32", "float64", "float32_mixed") or operators.is_stoquastic(hamiltonian):
+    if dtype_name not in ("float32", "float64", "float32_mixed") or pauli.is_stoquastic(hamiltonian):
         return
 
     def log_psi():
@@ -200,10 +217,10 @@ def _check_full_sum(config, problem):
     """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), step
     rejection (no error bars to compare a jump with), SPRING (its kernel correction assumes
     equal sample weights) and a symmetry that H does not have. (The model's invariance needs its evaluation: checked when the
-    run starts, `runner.vmc.full_sum_invariance_error`.)"""
+    run starts, `runner.core.vmc.full_sum_invariance_error`.)"""
     sampler = problem.sampler
     if sampler.symmetry != "none":
-        g = operators.not_invariant_under(problem.hamiltonian, symmetry_group(sampler.hilbert, sampler.symmetry))
+        g = pauli.not_invariant_under(problem.hamiltonian, symmetry_group(sampler.hilbert, sampler.symmetry))
         if g is not None:
             raise ConfigError("sampler.symmetry", f"{sampler.symmetry} needs a Hamiltonian invariant under the "
                                                   f"group, and this one is not (element {g}); use sampler.symmetry=none")
@@ -220,7 +237,7 @@ def _check_full_sum(config, problem):
 
 def _with_schedule(config: dict, group: str, key: str):
     """(the group's node, schedule): a `_target_` node under `group.key` built into a schedule
-    (a function of the VMC step, runner.schedules) and checked, the node carrying the schedule in
+    (a function of the VMC step, runner.config.schedules) and checked, the node carrying the schedule in
     its place; (the node as it is, None) when the key holds anything else."""
     node = config[group]
     if not isinstance(node.get(key), dict):
@@ -291,7 +308,7 @@ def build(config: dict, sweep_job=None) -> Experiment:
                                              "and the runner must read the count its schedule reads)")
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
                       None if clip is None else float(clip), None if reject is None else float(reject))
-    observed = observables.build(config.get("observables"), hilbert, hamiltonian)
+    observed = _observables(config.get("observables"), hilbert, hamiltonian)
     if settings.peak_restart_every and not isinstance(sampler, MetropolisSampler):
         raise ConfigError("peak_restart_every", "must be 0 without Markov chains (sampler=exact and full_sum have "
                                                 "none to restart)")

@@ -15,6 +15,8 @@ EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger
 # are measured on the samples a step draws anyway and never feed back into the parameters; the
 # peak search looks at the final parameters only.
 RESUME_IGNORES = ("final_rounds", "observables", "peak_search")
+# Keys the runner no longer has, with the value under which a stored run did what today's code does.
+RETIRED = {"peak_restart_every": 0}
 
 
 def _ignored(key: str, ignore) -> bool:
@@ -44,7 +46,14 @@ def of(config: dict, exclude=EXCLUDED) -> dict:
                 flat[name] = value
 
     walk("", {k: v for k, v in config.items() if k not in exclude})
-    return flat
+    return _without_module_paths(flat)
+
+
+def _without_module_paths(flat: dict) -> dict:
+    """`_target_` values by their last name (`runner.physics.hamiltonians.ising` -> `ising`): where
+    the code lives never changes the numbers, so a run directory survives a move of its modules."""
+    return {k: v.rsplit(".", 1)[-1] if k.rsplit(".", 1)[-1] == "_target_" and isinstance(v, str) else v
+            for k, v in flat.items()}
 
 
 def _canonical(value):
@@ -60,8 +69,14 @@ def _canonical(value):
 
 def digest(flat: dict) -> str:
     """A short hash of a flattened fingerprint (equal for configs that give the same numbers)."""
-    text = json.dumps(_canonical(flat), sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps(_canonical(_without_module_paths(flat)), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def same(stored_record, flat: dict) -> bool:
+    """Whether a stored fingerprint record holds exactly this config (any key differing, or missing)."""
+    return isinstance(stored_record, dict) and isinstance(stored_record.get("config"), dict) and (
+        digest(stored_record["config"]) == digest(flat))
 
 
 def record(flat: dict) -> dict:
@@ -82,16 +97,20 @@ def first_difference(stored: dict, current: dict, ignore=()):
     """The first key whose value differs, in the current config's order, then the stored one's.
 
     A key the stored run lacks and this config sets to null is no difference: keys added to the
-    config later are null where they keep the behaviour of the code before them.
+    config later are null where they keep the behaviour of the code before them. Nor is a retired
+    key (`RETIRED`) stored at the value that behaved as today's code does.
 
     Returns:
         (key, stored value, current value), a missing value being `MISSING`; or None.
     """
+    stored, current = _without_module_paths(stored), _without_module_paths(current)
     for key in [*current, *(k for k in stored if k not in current)]:
         if _ignored(key, ignore):
             continue
         old, new = stored.get(key, MISSING), current.get(key, MISSING)
         if old is MISSING and new is None:
+            continue
+        if new is MISSING and key in RETIRED and _canonical(old) == RETIRED[key]:
             continue
         if old is MISSING or new is MISSING or _canonical(old) != _canonical(new):
             return key, old, new

@@ -612,7 +612,7 @@ def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momen
 
 def _number_or_schedule(diag_shift):
     """diag_shift as a float (zero or positive), or a schedule as it is (checked by
-    runner.schedules when built from the config)."""
+    runner.config.schedules when built from the config)."""
     return diag_shift if callable(diag_shift) else require_number("diag_shift", diag_shift, nonnegative=True)
 
 
@@ -636,7 +636,7 @@ def sr(diag_shift: float = 0.01, solver: str = "auto", cg_tol: float | None = No
     with `cg_recycle_rank` approximate top eigenvectors of S refreshed every `cg_recycle_every`
     steps (rank 0: plain CG); cheaper for many parameters and never forms O), or auto
     (cholesky up to AUTO_DENSE_MAX_PARAMS parameters, cg above). `diag_shift`: a number, or a
-    schedule (a function of the VMC step, e.g. an optax schedule; runner.schedules).
+    schedule (a function of the VMC step, e.g. an optax schedule; runner.config.schedules).
     `max_norm`: a trust region; the direction x is scaled down to sqrt(x^H S x) <= max_norm, so
     a step of learning rate l changes the state by at most about l max_norm (Fubini-Study
     distance); None: no cap."""
@@ -672,7 +672,7 @@ def minsr(diag_shift: float = 0.01, solver: str = "cholesky", momentum: float = 
           max_norm: float | None = None, param_chunk_size: int | None = None) -> Preconditioner:
     """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh.
     `momentum`: SPRING's mu in [0, 1) (0: plain minSR; see `minsr_update`).
-    `diag_shift`: a number, or a schedule (a function of the VMC step; runner.schedules).
+    `diag_shift`: a number, or a schedule (a function of the VMC step; runner.config.schedules).
     `max_norm`: the trust region of `sr` (not with momentum).
     `param_chunk_size`: build the kernel from blocks of whole parameter leaves of at most this
     many numbers (a larger leaf is a block of its own), each block's derivatives made on their

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runner.core.stats import chain_max, chain_sum
 from runner.errors import ConfigError, require_int, require_number
-from runner.hilbert import Hilbert, all_states, states_to_codes
-from runner.stats import chain_max, chain_sum
+from runner.physics.hilbert import Hilbert, all_states, states_to_codes
 
 
 class ChainState(NamedTuple):
@@ -138,7 +138,7 @@ class MetropolisSampler:
         n_discard_per_chain: sweeps thrown away at the start of each call.
         sweep_size: proposals between two recorded samples.
         machine_pow: p in (0, 2]: training samples are drawn from |psi|^p and reweighted by
-            |psi|^(2-p) (`runner.vmc.draw`); estimates always sample |psi|^2 (`sample`).
+            |psi|^(2-p) (`runner.core.vmc.draw`); estimates always sample |psi|^2 (`sample`).
     """
 
     hilbert: Hilbert
@@ -180,8 +180,8 @@ class FullSumSampler:
     every expectation value is a sum, not an estimate (no statistical error).
 
     With a `symmetry` group under which |psi|, log psi's derivatives and H are invariant (H checked
-    when the run is built, `runner.build`, the model when it starts,
-    `runner.vmc.full_sum_invariance_error`), one configuration per orbit stands for the whole
+    when the run is built, `runner.config.build`, the model when it starts,
+    `runner.core.vmc.full_sum_invariance_error`), one configuration per orbit stands for the whole
     orbit, weighted by the orbit's size.
 
     Attributes:
@@ -424,7 +424,7 @@ def init_chains(sampler, seed: int) -> ChainState:
 
 def sample(sampler, amplitude: Amplitude, params, chains: ChainState, machine_pow: float = 2.0):
     """Draws `sampler.n_samples` configurations from |psi|^machine_pow (|psi|^2 unless a
-    caller that reweights asks for another power: `runner.vmc.draw`).
+    caller that reweights asks for another power: `runner.core.vmc.draw`).
 
     Args:
         sampler: a MetropolisSampler or ExactSampler.

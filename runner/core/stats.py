@@ -138,7 +138,7 @@ def _split_r_hat(x_CxT):
 
 
 def exact_statistics(x_CxT, w_CxT) -> Stats:
-    """Stats of values with exact weights (a full sum, `runner.sampler.full_sum`): the weighted
+    """Stats of values with exact weights (a full sum, `runner.core.sampler.full_sum`): the weighted
     mean and variance, no statistical error (0), tau 0, R-hat not defined (NaN)."""
     mean = weighted_mean(x_CxT, w_CxT)
     variance = weighted_mean(jnp.abs(x_CxT - mean) ** 2, w_CxT)
@@ -148,7 +148,7 @@ def exact_statistics(x_CxT, w_CxT) -> Stats:
 
 def importance_statistics(x_CxT, w_CxT) -> Stats:
     """Stats of samples of another distribution than |psi|^2 with importance weights w [C, T]
-    that sum to 1 (`runner.sampler.importance_weights`): the weighted (self-normalised) mean and
+    that sum to 1 (`runner.core.sampler.importance_weights`): the weighted (self-normalised) mean and
     variance; the error of the mean by the delta method, from z = N w (x - mean), whose plain
     mean has the same fluctuations: sqrt(<|z|^2> / N (1 + 2 tau)) with tau and R-hat those of
     Re z (equal weights give `statistics`' error)."""

@@ -2,7 +2,7 @@
 
 Samples carry a leading chain axis C (sharded over the mesh by the caller's shardings);
 parameters and statistics are replicated. Every sum over samples is taken per chain and the C
-partials combined in a fixed order (`runner.stats.chain_sum`), never by a reduction over the
+partials combined in a fixed order (`runner.core.stats.chain_sum`), never by a reduction over the
 sharded axis (whose all-reduce order depends on the layout): a run gives the same bits on one
 device, several, or several processes, and no backend has its own path.
 """
@@ -18,13 +18,33 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from models import fast_paths
-from runner import operators, parallel
-from runner.operators import Hamiltonian, local_energy
-from runner.precond import Jacobian, Preconditioner, SampleChunks, from_products
-from runner.sampler import (Amplitude, ChainState, FullSumSampler, MetropolisSampler, full_sum_weights,
-                            importance_weights, init_chains, plain_amplitude, sample, symmetry_group, training_power)
-from runner.stats import (chain_max, chain_mean, chain_sum, clip_outliers, effective_sample_fraction, statistics,
-                          weighted_chain_sums, weighted_mean)
+from runner.core import kernels
+from runner.core.local_energy import connected, flip_masks, local_energy, sum_elements
+from runner.core.precond import Jacobian, Preconditioner, SampleChunks, from_products
+from runner.core.sampler import (
+    Amplitude,
+    ChainState,
+    FullSumSampler,
+    MetropolisSampler,
+    full_sum_weights,
+    importance_weights,
+    init_chains,
+    plain_amplitude,
+    sample,
+    symmetry_group,
+    training_power,
+)
+from runner.core.stats import (
+    chain_max,
+    chain_mean,
+    chain_sum,
+    clip_outliers,
+    effective_sample_fraction,
+    statistics,
+    weighted_chain_sums,
+    weighted_mean,
+)
+from runner.physics.pauli import Hamiltonian
 
 
 class VMCState(NamedTuple):
@@ -57,9 +77,9 @@ class Problem:
     Attributes:
         hamiltonian: connected-element Hamiltonian.
         model: Flax module mapping spins [..., N] -> log psi [...].
-        sampler: a sampler from `runner.sampler`.
+        sampler: a sampler from `runner.core.sampler`.
         optimizer: an optax GradientTransformation.
-        precondition: a `runner.precond.Preconditioner`.
+        precondition: a `runner.core.precond.Preconditioner`.
         chunk_size: evaluate local energies, log-derivatives and SR's products with them
             (CG) on at most this many samples at a time (a multiple of n_chains), or None for
             all at once.
@@ -100,10 +120,10 @@ class Problem:
 def apply_model(model, params, sigma_xN, method: str = "__call__"):
     """The model's `method` (log psi by default) of configurations [..., N]: every evaluation of
     a model by the core goes through here. A model with convolutions has each evaluation kept out
-    of XLA:CPU's single-kernel loops (`parallel.outside_loop_kernels`), where they run slowly."""
+    of XLA:CPU's single-kernel loops (`kernels.outside_loop_kernels`), where they run slowly."""
     out = model.apply({"params": params}, sigma_xN, method=method)
     if has_convolution(model, params, sigma_xN, method):
-        out = parallel.outside_loop_kernels(out, sigma_xN[..., 0])
+        out = kernels.outside_loop_kernels(out, sigma_xN[..., 0])
     return out
 
 
@@ -251,7 +271,7 @@ NONZERO_BLOCKS = 16
 
 
 def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
-    """E_loc [C, T] as `runner.operators.local_energy` gives it, evaluating log psi only on the
+    """E_loc [C, T] as `runner.core.local_energy.local_energy` gives it, evaluating log psi only on the
     connected configurations with a nonzero matrix element.
 
     In an Sz sector a Heisenberg bond connects only where its two spins differ, so about half
@@ -271,7 +291,7 @@ def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
         E_loc [C, T], complex when log psi or an element is complex.
     """
     C, T, N = sigma_CxTxN.shape
-    _, mel_CxTxK, diag_CxT = jax.vmap(jax.vmap(functools.partial(operators.connected, ham)))(sigma_CxTxN)
+    _, mel_CxTxK, diag_CxT = jax.vmap(jax.vmap(functools.partial(connected, ham)))(sigma_CxTxN)
     K = mel_CxTxK.shape[-1]
     M = T * K
     block = -(-M // NONZERO_BLOCKS)
@@ -280,7 +300,7 @@ def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
     # Nonzero pairs first, each group in increasing (t, k) order; padded to whole blocks.
     order_CxM = jnp.argsort(~nonzero_CxM, axis=1, stable=True).astype(jnp.int32)
     order_CxM = jnp.pad(order_CxM, ((0, 0), (0, NONZERO_BLOCKS * block - M)))
-    masks_KxN = jnp.asarray(operators.flip_masks(ham), sigma_CxTxN.dtype)
+    masks_KxN = jnp.asarray(flip_masks(ham), sigma_CxTxN.dtype)
     logpsi_CxT = logpsi_fn(params, sigma_CxTxN)
     n_done = jnp.max(count_C)  # over all chains: the same blocks run on every layout
 
@@ -290,14 +310,14 @@ def nonzero_local_energies(ham: Hamiltonian, logpsi_fn, params, sigma_CxTxN):
         return logpsi_fn(params, sigma_CxBxN * masks_KxN[pair_CxB % K]).astype(logpsi_CxT.dtype)
 
     # One conditional per block, not a loop: XLA:CPU compiles a loop with a small carry into a
-    # single kernel (runner.parallel.SMALL_LOOP_BYTES), whose matrix products run about 2x slower.
+    # single kernel (runner.parallel.runtime.SMALL_LOOP_BYTES), whose matrix products run about 2x slower.
     skipped_CxB = jnp.zeros((C, block), logpsi_CxT.dtype)
     packed_CxM = jnp.concatenate([jax.lax.cond(i * block < n_done, functools.partial(evaluate, i), lambda: skipped_CxB)
                                   for i in range(NONZERO_BLOCKS)], axis=1)
     # Pair m's place in the packed list is the number of nonzero pairs before it.
     rank_CxM = jnp.cumsum(nonzero_CxM, axis=1, dtype=jnp.int32) - 1
     logpsi_CxTxK = jnp.take_along_axis(packed_CxM, jnp.maximum(rank_CxM, 0), axis=1).reshape(C, T, K)
-    return operators.sum_elements(diag_CxT, mel_CxTxK, jnp.exp(logpsi_CxTxK - logpsi_CxT[..., None]))
+    return sum_elements(diag_CxT, mel_CxTxK, jnp.exp(logpsi_CxTxK - logpsi_CxT[..., None]))
 
 
 def _flat_logpsi(problem: Problem, params, mode, block=None):
@@ -569,13 +589,13 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
 
     `observe`: optional (params, sigma_CxTxN, w_CxT, step) -> dict of scalars, measured on the
     step's own samples (with their importance weights, or None) and added to the metrics
-    (`runner.observables.step_observer`).
+    (`runner.core.observe.step_observer`).
 
     Returns:
         (new_state, metrics): metrics are replicated scalars describing the parameters
         *before* the update (the energy the samples estimate), the preconditioner's info
         (`cg_iters`, `cg_residual` when SR solves with CG) and, with importance weights, the
-        effective sample fraction `ess_fraction` (`runner.stats.effective_sample_fraction`).
+        effective sample fraction `ess_fraction` (`runner.core.stats.effective_sample_fraction`).
     """
     chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
     stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step,
@@ -706,18 +726,18 @@ def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
 
 
 def log_abs_max(problem: Problem, params, sigma_CxTxN):
-    """The largest log|psi| of each chain's samples, [C] (for `runner.peaks.check`: what the
+    """The largest log|psi| of each chain's samples, [C] (for `runner.diagnostics.peaks.check`: what the
     samples of an estimate reached)."""
     fn = lambda sigma: jnp.real(problem.logpsi(params, sigma))  # noqa: E731
     return jnp.max(map_over_samples(fn, sigma_CxTxN, problem.chunk_per_chain), axis=1)
 
 
 def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
-    """Why a full sum over orbits (`runner.sampler.full_sum` with a symmetry) would be wrong for
+    """Why a full sum over orbits (`runner.core.sampler.full_sum` with a symmetry) would be wrong for
     this model, or None: for each of the given parameter sets, |psi| and the log-derivatives O
     must be the same on every symmetry image of a few of the summed configurations (so psi,
     E_loc and O are constant on each orbit, up to a parameter-independent phase: a momentum or
-    parity sector). H's invariance is checked when the run is built (`runner.build`). Evaluates
+    parity sector). H's invariance is checked when the run is built (`runner.config.build`). Evaluates
     the model: call it after the runtime is set up."""
     sampler = problem.sampler
     if not isinstance(sampler, FullSumSampler) or sampler.symmetry == "none":

@@ -132,7 +132,7 @@ def check_rejections(records: list[dict]):
 
 
 def check_peaks(peak_check: dict | None):
-    """A configuration found by the final peak search (`runner.peaks.check`) that proves the
+    """A configuration found by the final peak search (`runner.diagnostics.peaks.check`) that proves the
     samples were not drawn from |psi|^2."""
     if not peak_check or not peak_check.get("wrong"):
         return None

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from runner.hilbert import Hilbert, all_states
+from runner.physics.hilbert import Hilbert, all_states
 
 DEFAULT_STARTS = 32  # configurations drawn uniformly to start from (the config's `peak_search`)
 EXHAUSTIVE_STATES = 2**16  # evaluate every configuration of spaces this small (and <= 20 sites)
@@ -57,8 +57,8 @@ def log_abs_evaluator(problem):
 
 def uniform_configurations(hilbert: Hilbert, n: int, seed: int, salt: int = 0) -> np.ndarray:
     """`n` configurations [n, N] drawn uniformly from the space (with its total S^z) by
-    `runner.sampler.random_state`, from the key of `seed` folded with `salt`."""
-    from runner.sampler import random_state
+    `runner.core.sampler.random_state`, from the key of `seed` folded with `salt`."""
+    from runner.core.sampler import random_state
 
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), salt), n)
     return np.asarray(jax.vmap(functools.partial(random_state, hilbert))(keys), np.int8).reshape(n, hilbert.n_sites)
@@ -131,7 +131,7 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
     """Looks for a configuration with a larger |psi| than every sample (module docstring).
 
     Args:
-        problem: the run's `runner.vmc.Problem`.
+        problem: the run's `runner.core.vmc.Problem`.
         params: its parameters (on the host or replicated).
         sampled_log_abs_max: the largest log|psi| of the samples an estimate used.
         starts_KxN: configurations to start from besides the uniform ones (the chains' last).
@@ -148,7 +148,7 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
         "local_energy" (the real part of E_loc at the best configuration; None when no sample
         was below it) and "configuration" ("+"/"-", site 0 first)}.
     """
-    from runner.vmc import local_energies_of
+    from runner.core.vmc import local_energies_of
 
     hilbert = problem.sampler.hilbert
     log_abs = log_abs_evaluator(problem)(params)

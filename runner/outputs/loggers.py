@@ -9,7 +9,7 @@ import random
 import time
 from pathlib import Path
 
-from runner import fingerprint
+from runner.config import fingerprint
 from runner.errors import ConfigError
 
 log = logging.getLogger(__name__)

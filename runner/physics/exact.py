@@ -8,8 +8,8 @@ stores, per flip mask, the index each basis state is sent to and its element.
 import numpy as np
 from scipy.linalg import eigh_tridiagonal
 
-from runner.hilbert import Hilbert, all_states, states_to_codes
-from runner.operators import PauliSum, conserves_sz, elements_np
+from runner.physics.hilbert import Hilbert, all_states, states_to_codes
+from runner.physics.pauli import PauliSum, conserves_sz, elements_np
 
 AUTO_MAX_STATES = 2**20
 # Peak memory per basis state: the diagonal, the Lanczos vectors and temporaries of H v

@@ -7,8 +7,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from runner import checkpoint, fingerprint
+from runner.config import fingerprint
 from runner.errors import ConfigError, require_bool
+from runner.run import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class Trained:
     Attributes:
         run_dir: the run directory.
         config: the resolved config the run was composed with.
-        experiment: `runner.build.Experiment` built from it (without its warm start).
+        experiment: `runner.config.build.Experiment` built from it (without its warm start).
         state: the `VMCState` of the checkpoint, NumPy leaves.
         meta: the checkpoint's meta dict (`step`, `seed`, `config_fingerprint`).
     """
@@ -216,21 +217,21 @@ def warm_start(experiment, state, shardings):
     process (as a resume does), so any layout can start from any other's run.
 
     Args:
-        experiment: the `runner.build.Experiment` of this run (its settings name the source).
+        experiment: the `runner.config.build.Experiment` of this run (its settings name the source).
         state: the freshly initialised VMCState (global arrays).
         shardings: its shardings (a VMCState of shardings).
     """
-    from runner import parallel
+    from runner.parallel import mesh
 
     src = getattr(experiment.settings, "init_from", None)
     if src is None:
         return state
     trained = load(src.run_dir)
     _check_like(trained.state.params, state.params, "parameters", src.run_dir)
-    state = state._replace(params=parallel.from_host(trained.state.params, shardings.params))
+    state = state._replace(params=mesh.from_host(trained.state.params, shardings.params))
     if src.chains:
         _check_like(trained.state.chains, state.chains, "chains", src.run_dir)
-        state = state._replace(chains=parallel.from_host(trained.state.chains, shardings.chains))
+        state = state._replace(chains=mesh.from_host(trained.state.chains, shardings.chains))
     log.info("warm start: %s of %s (step %d)", "parameters and chains" if src.chains else "parameters",
              src.run_dir, trained.meta["step"])
     return state
@@ -253,7 +254,7 @@ def _check_like(tree, like, what, run_dir):
 def experiment_of(config: dict):
     """The experiment of a run's config, without its warm start (its parameters are in its own
     checkpoint). Touches no device."""
-    from runner.build import build
+    from runner.config.build import build
 
     return build({**config, "init_from": None, "init_chains": False})
 
@@ -264,7 +265,7 @@ def state_like(experiment):
     import jax
     import jax.numpy as jnp
 
-    from runner.vmc import init_state
+    from runner.core.vmc import init_state
 
     sigma_N = jax.ShapeDtypeStruct((experiment.hilbert.n_sites,), jnp.int8)
     init = functools.partial(init_state, experiment.problem, experiment.settings.seed)

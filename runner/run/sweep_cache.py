@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from runner import checkpoint, fingerprint
+from runner.config import fingerprint
+from runner.run import checkpoint
 
 
 def path(directory, key: dict) -> Path:

@@ -1,0 +1,79 @@
+"""The golden runs and a run directory written at 6dc7890: today's code gives the same bits.
+
+Bits are compared on the machine the golden files were recorded on (tests/integration/golden/
+machine.json). Elsewhere the reference is made on this machine by running the code of that commit
+(`git archive`), so the comparison stays bit for bit and never depends on another CPU's last digits.
+"""
+
+import functools
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import golden  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = golden.HERE / "run_6dc7890"
+RESUME = ["n_iter=20", "checkpoint_every=5", "hilbert.L=8", "observables=spin"]  # its overrides, longer
+
+pytestmark = pytest.mark.slow
+
+
+def _same_machine() -> bool:
+    recorded = json.loads((golden.HERE / "machine.json").read_text())
+    return all(recorded[k] == v for k, v in golden.machine().items())
+
+
+@functools.cache
+def _old_code(scratch: Path) -> Path:
+    """The code of golden.COMMIT, unpacked under `scratch` (skips where git or the commit is missing)."""
+    out = scratch / f"code_{golden.COMMIT}"
+    if not out.exists():
+        archive = subprocess.run(["git", "archive", golden.COMMIT], cwd=ROOT, capture_output=True)
+        if archive.returncode != 0:
+            pytest.skip(f"not the recording machine and commit {golden.COMMIT} is not in this clone")
+        out.mkdir(parents=True)
+        (scratch / "code.tar").write_bytes(archive.stdout)
+        with tarfile.open(scratch / "code.tar") as tar:
+            tar.extractall(out, filter="data")
+    return out
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    return tmp_path_factory.mktemp("golden")
+
+
+@pytest.mark.parametrize("name", sorted(golden.CASES))
+def test_golden_run_is_bit_for_bit(name, scratch):
+    metrics, summary = golden.run(ROOT, golden.CASES[name], scratch / name)
+    if _same_machine():
+        expected = golden.load(name)
+    else:
+        expected = golden.run(_old_code(scratch), golden.CASES[name], scratch / f"{name}_reference")
+    assert metrics == expected[0]
+    assert summary == expected[1]
+
+
+def _resume(code: Path, run_dir: Path):
+    shutil.copytree(FIXTURE / "run", run_dir)
+    return golden.run(code, RESUME, run_dir)
+
+
+def test_run_directory_of_6dc7890_resumes_bit_for_bit(scratch):
+    metrics, summary = _resume(ROOT, scratch / "resumed")
+    assert [m["step"] for m in metrics] == list(range(20))  # continued from its checkpoint at step 10
+    assert summary["status"] == "completed" and summary["steps_done"] == 20
+    if _same_machine():
+        expected_metrics = [json.loads(line) for line in (FIXTURE / "resumed_metrics.jsonl").read_text().splitlines()]
+        expected_summary = json.loads((FIXTURE / "resumed_summary.json").read_text())
+    else:
+        expected_metrics, expected_summary = _resume(_old_code(scratch), scratch / "resumed_reference")
+    assert metrics == expected_metrics
+    assert summary == expected_summary
