@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from runner.run import restore
+from runner.run.load import Trained, experiment_of, read_config
+from runner.run.load import load as load_trained
 
 
 class Estimate(NamedTuple):
@@ -27,7 +28,7 @@ class TrainedRun:
             Hamiltonian as simulated, i.e. after any sign rule).
     """
 
-    def __init__(self, trained: restore.Trained):
+    def __init__(self, trained: Trained):
         import jax
         import jax.numpy as jnp
 
@@ -250,8 +251,8 @@ def load(run_dir) -> TrainedRun:
     configure_runtime()  # effective only if JAX has not started yet
     import jax
 
-    config = restore.read_config(run_dir)
-    experiment = restore.experiment_of(config)
+    config = read_config(run_dir)
+    experiment = experiment_of(config)
     if experiment.x64:
         jax.config.update("jax_enable_x64", True)
-    return TrainedRun(restore.load(run_dir, experiment))
+    return TrainedRun(load_trained(run_dir, experiment))

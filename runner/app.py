@@ -27,7 +27,7 @@ from runner.outputs.plot import plot_energy
 from runner.parallel import distributed, mesh
 from runner.physics import observables
 from runner.physics.exact import ground_energy, wants_exact
-from runner.run import checkpoint, hparams_search, restore, sweep_cache
+from runner.run import checkpoint, hparams_search, sweep_cache, warm_start
 from runner.run.preemption import StopRequest, exit_status
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU found" noise
     conflict = None  # the run directory holds another config's run
     try:
-        experiment = build(config, _sweep_job() if multirun else None)
+        experiment = warm_start.resolve(build(config), config, _sweep_job() if multirun else None)
         try:
             _check_run_dir(run_dir, experiment.settings)
         except ConfigError as err:
@@ -118,11 +118,11 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
             return execute(experiment, layout, run_dir, stop=stop, tracking=tracking)
         except Exception as err:
             # Every rank reports its own failure: launchers often show only rank 0's.
-            log.exception("process %d of %d failed", jax.process_index(), jax.process_count())
+            log.exception("process %d of %d failed", distributed.process_index(), distributed.process_count())
             if _is_writer():
                 _write_failure(run_dir, err)
                 tracking.close(json.loads((run_dir / SUMMARY).read_text()))
-            if jax.process_count() > 1:
+            if distributed.process_count() > 1:
                 # Hydra would catch the error and let this task exit 0 while its peers wait in a
                 # collective; exiting now lets the launcher (KillOnBadExit) end the step at once.
                 logging.shutdown()
@@ -169,7 +169,7 @@ def _header(experiment: Experiment, layout: mesh.Layout, config: dict):
         f"sampler: {_describe(config['sampler'])}: {_sample_count(sampler)}",
         f"optimizer: {_describe(config['optimizer'])}; preconditioner: {_describe(config['preconditioner'])}",
         f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "
-        f"{jax.process_count()} process(es), {layout.n_devices} device(s) ({jax.devices()[0].platform})",
+        f"{distributed.process_count()} process(es), {layout.n_devices} device(s) ({jax.devices()[0].platform})",
         f"steps: {settings.n_iter}, checkpoint every {settings.checkpoint_every}, seed {settings.seed}",
     ]
     for line in lines:
@@ -224,7 +224,7 @@ def _write_config_failure(run_dir: Path, err: ConfigError) -> dict:
 
 def _quiet_other_ranks():
     """Ranks other than 0 log only warnings and errors: they share one log file."""
-    if jax.process_count() > 1 and jax.process_index() != 0:
+    if distributed.process_count() > 1 and not distributed.is_main():
         for handler in logging.getLogger().handlers:
             handler.setLevel(logging.WARNING)
 
@@ -243,7 +243,7 @@ def _finite(x):
 
 
 def _is_writer() -> bool:
-    return jax.process_index() == 0
+    return distributed.is_main()
 
 
 class MetricsLog:
@@ -335,7 +335,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
 
     state, shardings = _place_state(problem, settings, layout)
     if not resuming:  # a warm start (init_from) replaces the initial parameters (and chains)
-        state = restore.warm_start(experiment, state, shardings)
+        state = warm_start.warm_start(experiment, state, shardings)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     start = 0
     if resuming:
@@ -361,7 +361,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
             # Under the mesh, dense SR gathers Obar onto every device and forms the Gram matrix
             # in one product (runner/core/precond.py): bitwise equal on every layout, and as fast as
             # the layout-dependent product.
-            with jax.set_mesh(layout.mesh):
+            with mesh.activate(layout):
                 step_fn = (
                     jax.jit(
                         functools.partial(vmc_step, problem,
@@ -653,16 +653,6 @@ def _sweep_job():
     return _sweep_dir(), int(HydraConfig.get().job.num)
 
 
-def _broadcast_float(x: float) -> float:
-    """Process 0's `x` on every process, bit for bit (as two uint32 words: x64 may be off)."""
-    import numpy as np
-    from jax.experimental import multihost_utils
-
-    words = np.frombuffer(np.float64(x).tobytes(), np.uint32)
-    words = np.asarray(multihost_utils.broadcast_one_to_all(words), np.uint32)
-    return float(np.frombuffer(words.tobytes(), np.float64)[0])
-
-
 def _exact_energy(experiment):
     """The exact ground energy when the `exact` knob asks for it, else None.
 
@@ -674,7 +664,7 @@ def _exact_energy(experiment):
     if not wants_exact(settings.exact, experiment.hilbert):
         return None
     energy = 0.0
-    if jax.process_index() == 0:
+    if distributed.is_main():
         key = {k: v for k, v in settings.fingerprint.items() if k.startswith(EXACT_KEYS)}
         sweep = _sweep_dir()
         cache = sweep / EXACT_CACHE if sweep is not None else None
@@ -688,8 +678,8 @@ def _exact_energy(experiment):
             log.info("exact ground energy %.10f (computed in %.1f s)", energy, time.perf_counter() - t)
             if cache is not None:
                 sweep_cache.write(cache, key, energy)
-    if jax.process_count() > 1:
-        energy = _broadcast_float(energy)
+    if distributed.process_count() > 1:
+        energy = distributed.broadcast_float(energy)
     return energy
 
 
@@ -727,7 +717,7 @@ def _summary(experiment, layout, status, final, exact_energy, n_params, seconds_
         "dtype": experiment.dtype_name,
         "seed": experiment.settings.seed,
         "backend": experiment.parallel["backend"],
-        "processes": jax.process_count(),
+        "processes": distributed.process_count(),
         "devices": layout.n_devices,
         "seconds_per_iter": seconds_per_iter,
         "compile_seconds": compile_seconds,

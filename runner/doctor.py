@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 
+from runner.parallel import distributed
 from runner.parallel.distributed import PROXY_VARS
 
 REDUCTION_TIMEOUT_S = 60
@@ -155,7 +156,7 @@ def _reduction(report: Report) -> None:
         report.problem(f"a sum over {n} devices gave {outcome[0]}, expected {expected}",
                        "the collectives are broken; report this with the output above")
     else:
-        report.ok(f"cross-process reduction over {n} devices in {jax.process_count()} process(es) gives {outcome[0]:g}")
+        report.ok(f"cross-process reduction over {n} devices in {distributed.process_count()} process(es) gives {outcome[0]:g}")
 
 
 def _finish(problems: int):
@@ -195,7 +196,7 @@ def diagnose(parallel: dict, x64: bool) -> int:
         report.problem(str(err), "start every process with the same settings")
         return report.problems
     report.ok(f"jax {jax.__version__}, platform {jax.default_backend()}")
-    report.ok(f"process {jax.process_index()} of {jax.process_count()}")
+    report.ok(f"process {distributed.process_index()} of {distributed.process_count()}")
     report.ok(f"{jax.local_device_count()} local device(s): {', '.join(str(d) for d in jax.local_devices())}")
     report.ok(f"{jax.device_count()} device(s) in all")
     _reduction(report)

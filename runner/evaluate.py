@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runner.diagnostics import health, peaks
 from runner.errors import ConfigError
-from runner.run import checkpoint, restore
+from runner.run import checkpoint, load
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ def compose_config(run_dir, overrides) -> dict:
     from runner.cli import CONF_DIR
     from runner.config import fingerprint
 
-    stored = restore.read_config(run_dir)
-    run_overrides = restore.read_overrides(run_dir)
+    stored = load.read_config(run_dir)
+    run_overrides = load.read_overrides(run_dir)
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             base = OmegaConf.to_container(compose("config", overrides=run_overrides), resolve=True)
@@ -54,8 +54,8 @@ def compose_config(run_dir, overrides) -> dict:
         if base.get(key) != new[key]:
             config[key] = new[key]
     unprojected = lambda c: {k: v for k, v in fingerprint.of(c).items() if k not in PROJECTION_KEYS}  # noqa: E731
-    restore.refuse_difference(
-        unprojected(stored), unprojected(config), restore.PHYSICS_KEYS, f"the run {run_dir}",
+    load.refuse_difference(
+        unprojected(stored), unprojected(config), load.PHYSICS_KEYS, f"the run {run_dir}",
         "an evaluation measures the run's own state (its Hamiltonian, model, lattice and dtype; "
         "model.symmetries, parity and momentum may project it)",
         here="the overrides",
@@ -121,13 +121,13 @@ def evaluate(run_dir, overrides=()) -> dict:
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config = compose_config(run_dir, list(overrides))
-    experiment = restore.experiment_of(config)
+    experiment = load.experiment_of(config)
     distributed.initialize(experiment.parallel, experiment.x64)
     layout = mesh.make_mesh(experiment.parallel["backend"])
     problem, settings = experiment.problem, experiment.settings
     mesh.check_chains(problem.sampler.n_chains, layout)
 
-    trained = restore.load(run_dir)
+    trained = load.load(run_dir)
     state = trained.state
     error = full_sum_invariance_error(problem, [trained.state.params])
     if error is not None:
@@ -178,7 +178,7 @@ def evaluate(run_dir, overrides=()) -> dict:
         "n_chains": problem.sampler.n_chains,
         "chains": "checkpoint" if continued else f"fresh (seed {settings.seed})",
         "backend": experiment.parallel["backend"],
-        "processes": jax.process_count(),
+        "processes": distributed.process_count(),
         "devices": layout.n_devices,
         "overrides": list(overrides),
         "projection": projection,
@@ -188,7 +188,7 @@ def evaluate(run_dir, overrides=()) -> dict:
         "config_fingerprint": trained.meta.get("config_fingerprint"),
         "wall_seconds": time.perf_counter() - started,
     }
-    if jax.process_index() == 0:
+    if distributed.is_main():
         text = json.dumps(result, indent=2) + "\n"
         checkpoint.write_atomic(run_dir / EVALUATION, lambda f: f.write(text.encode()))
     return result

@@ -36,7 +36,7 @@ def heisenberg(tmp_path_factory):
 
 def checkpoint_params(run_dir, model, n_sites):
     """The model's parameters read straight from the checkpoint file: its first leaves, in the
-    order of the model's own parameter tree (independent of runner.run.restore)."""
+    order of the model's own parameter tree (independent of runner.run.load)."""
     like = model.init(jax.random.PRNGKey(0), jnp.ones((n_sites,), jnp.int8))["params"]
     leaves, treedef = jax.tree_util.tree_flatten(like)
     with np.load(run_dir / "checkpoint" / "state.npz") as data:

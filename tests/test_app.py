@@ -204,7 +204,7 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
     calls, sent = [], []
     monkeypatch.setattr(app, "ground_energy", lambda *args: calls.append(args) or -7.25)
-    monkeypatch.setattr(app, "_broadcast_float", lambda x: sent.append(x) or -7.25)
+    monkeypatch.setattr(distributed, "broadcast_float", lambda x: sent.append(x) or -7.25)
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     assert app._exact_energy(experiment) == -7.25 and calls == []  # received, not computed
@@ -213,10 +213,8 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
 
 
 def test_broadcast_keeps_every_bit():
-    from runner import app
-
     x = -10.251661791031152
-    assert app._broadcast_float(x) == x
+    assert distributed.broadcast_float(x) == x
 
 
 @pytest.mark.slow
@@ -257,6 +255,8 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+
+from runner.parallel import distributed
 
 # Far more steps than the signal lets run (each takes milliseconds): on a loaded machine 60 steps
 # could all finish before the test's poller sends its signal.

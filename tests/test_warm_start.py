@@ -1,4 +1,4 @@
-"""Warm starts (runner.run.restore, init_from): parameters and chains from another run on any layout,
+"""Warm starts (runner.run.load, init_from): parameters and chains from another run on any layout,
 mismatches refused, the source in the fingerprint, and `init_from: previous` chaining a sweep."""
 
 import json
@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from runner.config.build import build
 from runner.errors import ConfigError
 from runner.parallel import mesh
-from runner.run import restore
+from runner.run import load, warm_start
 from tests.conftest import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=512", "sampler.n_chains=8", "final_rounds=4", "checkpoint_every=1000"]
@@ -31,6 +31,12 @@ def metrics_of(run_dir):
 def composed(overrides):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return OmegaConf.to_container(compose("config", overrides=[*SMALL, *overrides]), resolve=True)
+
+
+def built(overrides):
+    """The experiment of `overrides` with its warm start resolved, as a run resolves it."""
+    config = composed(overrides)
+    return warm_start.resolve(build(config), config)
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +68,11 @@ def test_warm_start_places_the_source_parameters_and_optionally_its_chains(sourc
     """The source ran on one device; the warm start may lay its state out over four."""
     from runner.app import _place_state
 
-    experiment = build(composed([f"init_from={source}", f"init_chains={str(chains).lower()}"]))
+    experiment = built([f"init_from={source}", f"init_chains={str(chains).lower()}"])
     layout = mesh.make_mesh(backend)
     cold, shardings = _place_state(experiment.problem, experiment.settings, layout)
-    warm = restore.warm_start(experiment, cold, shardings)
-    stored = restore.load(source).state
+    warm = warm_start.warm_start(experiment, cold, shardings)
+    stored = load.load(source).state
     for got, want in zip(jax.tree_util.tree_leaves(warm.params), jax.tree_util.tree_leaves(stored.params)):
         np.testing.assert_array_equal(np.asarray(got), want)
     same_chains = np.array_equal(np.asarray(warm.chains.sigma_CxN), stored.chains.sigma_CxN)
@@ -84,14 +90,14 @@ def test_warm_start_places_the_source_parameters_and_optionally_its_chains(sourc
 )
 def test_a_source_of_another_model_lattice_or_dtype_is_refused(source, change, expected):
     with pytest.raises(ConfigError) as err:
-        build(composed([change, f"init_from={source}"]))
+        built([change, f"init_from={source}"])
     assert expected in err.value.sentence() and "a warm start needs the same model, lattice and dtype" in err.value.sentence()
 
 
 def test_chains_of_another_count_are_refused_but_parameters_are_taken(source):
     with pytest.raises(ConfigError, match="sampler.n_chains is 16 in this config but 8"):
-        build(composed(["sampler.n_chains=16", f"init_from={source}", "init_chains=true"]))
-    assert build(composed(["sampler.n_chains=16", f"init_from={source}"])).settings.init_from.step == 30
+        built(["sampler.n_chains=16", f"init_from={source}", "init_chains=true"])
+    assert built(["sampler.n_chains=16", f"init_from={source}"]).settings.init_from.step == 30
 
 
 def test_refusal_on_the_command_line_is_one_sentence_before_compiling(source, tmp_path):
@@ -103,9 +109,9 @@ def test_refusal_on_the_command_line_is_one_sentence_before_compiling(source, tm
 
 def test_a_directory_without_checkpoint_or_chains_without_a_source_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="holds no checkpoint"):
-        build(composed([f"init_from={tmp_path}"]))
+        built([f"init_from={tmp_path}"])
     with pytest.raises(ConfigError, match="init_chains is true but init_from is null"):
-        build(composed(["init_chains=true"]))
+        built(["init_chains=true"])
 
 
 def write_job(sweep, name, num, status=None):
@@ -119,17 +125,17 @@ def write_job(sweep, name, num, status=None):
 
 def test_previous_is_the_job_before_by_hydra_record_and_must_have_completed(tmp_path):
     config = composed(["init_from=previous"])
-    assert restore.source(config, sweep_job=None) is None  # not in a sweep: cold
-    assert restore.source(config, sweep_job=(tmp_path, 0)) is None  # the first job: cold
+    assert warm_start.source(config, sweep_job=None) is None  # not in a sweep: cold
+    assert warm_start.source(config, sweep_job=(tmp_path, 0)) is None  # the first job: cold
     write_job(tmp_path, "0_h=0.5", 0, status="completed")
     second = write_job(tmp_path, "weird/name", 1)  # any subdir layout: found by the recorded number
-    assert restore.job_dir(tmp_path, 1) == second and restore.job_dir(tmp_path, 7) is None
+    assert warm_start.job_dir(tmp_path, 1) == second and warm_start.job_dir(tmp_path, 7) is None
     with pytest.raises(ConfigError, match="job 1 of the sweep .* has status unknown"):
-        restore.source(config, sweep_job=(tmp_path, 2))
+        warm_start.source(config, sweep_job=(tmp_path, 2))
     with pytest.raises(ConfigError, match="has no run directory"):
-        restore.source(config, sweep_job=(tmp_path, 9))
+        warm_start.source(config, sweep_job=(tmp_path, 9))
     with pytest.raises(ConfigError, match="holds no checkpoint"):  # completed, found, but no checkpoint
-        restore.source(config, sweep_job=(tmp_path, 1))
+        warm_start.source(config, sweep_job=(tmp_path, 1))
 
 
 def steps_to(run_dir, tolerance):

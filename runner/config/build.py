@@ -20,7 +20,6 @@ from runner.errors import ConfigError, require_bool, require_choice, require_int
 from runner.physics import pauli
 from runner.physics.hilbert import Hilbert
 from runner.physics.pauli import Hamiltonian
-from runner.run import restore
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
 # Every other top-level key the composed config may hold (read by the runner, the observables,
@@ -57,7 +56,7 @@ class Settings:
     peak_restart_every: int  # K: every K steps one chain restarts where a search finds the largest |psi|; 0: off
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
-    init_from: Any = None  # restore.Source of a warm start (init_from), or None
+    init_from: Any = None  # runner.run.warm_start.Source of a warm start (init_from), or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,9 +139,8 @@ def _observables(node: dict | None, hilbert, hamiltonian):
     return None if node is None else instantiate("observables", node, hilbert=hilbert, hamiltonian=hamiltonian)
 
 
-def read_settings(config: dict, sweep_job=None) -> Settings:
-    """The top-level knobs. `sweep_job`: (sweep directory, job number) of a multirun job, which
-    `init_from: previous` is relative to."""
+def read_settings(config: dict) -> Settings:
+    """The top-level knobs; a warm start (`init_from`) is resolved by the run (`runner.run.warm_start`)."""
     seed = require_int("seed", config.get("seed"), minimum=0)
     n_iter = require_int("n_iter", config.get("n_iter"), minimum=0)
     checkpoint_every = require_int("checkpoint_every", config.get("checkpoint_every"), minimum=1)
@@ -154,10 +152,9 @@ def read_settings(config: dict, sweep_job=None) -> Settings:
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
     peak_search = require_int("peak_search", config.get("peak_search", peaks.DEFAULT_STARTS), minimum=0)
     peak_restart_every = require_int("peak_restart_every", config.get("peak_restart_every", 0), minimum=0)
-    init_from = restore.source(config, sweep_job)  # a warm start's source run, checked against this config
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
                     peak_restart_every,
-                    fingerprint.of(restore.fingerprinted(config, init_from)), init_from)
+                    fingerprint.of(fingerprint.fingerprinted(config, None)), None)
 
 
 def _check_chunk(chunk_size, sampler):
@@ -259,10 +256,9 @@ def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
     return {"hilbert": hilbert} if target and "hilbert" in _accepted_keys(_import(target)) else {}
 
 
-def build(config: dict, sweep_job=None) -> Experiment:
-    """Validates the whole config and builds the experiment. Touches no device.
-
-    `sweep_job`: (sweep directory, job number) when running as a job of a Hydra multirun.
+def build(config: dict) -> Experiment:
+    """Validates the whole config and builds the experiment. Touches no device and reads no other
+    run's files (a warm start is resolved by the run: `runner.run.warm_start.resolve`).
 
     Raises:
         ConfigError: naming the first bad key.
@@ -277,7 +273,7 @@ def build(config: dict, sweep_job=None) -> Experiment:
     extra = sorted(set(config["dtype"]) - {"name"})
     if extra:
         raise ConfigError(f"dtype.{extra[0]}", "is not a key of dtype; choose the dtype with dtype=NAME")
-    settings = read_settings(config, sweep_job)
+    settings = read_settings(config)
     dtype_name = config["dtype"].get("name")
     require_choice("dtype", dtype_name, tuple(DTYPES))
     param_dtype, x64 = DTYPES[dtype_name]

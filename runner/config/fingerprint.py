@@ -90,6 +90,19 @@ def stamp(summary: dict, flat: dict) -> dict:
     return summary
 
 
+WARM_START_KEYS = ("init_from", "init_chains")
+
+
+def fingerprinted(config: dict, source) -> dict:
+    """The config whose fingerprint a run carries: the warm-start keys replaced by the source's
+    identity (its fingerprint and step) when there is one, and left out when there is none
+    (a cold start has the fingerprint it had before warm starts existed)."""
+    out = {k: v for k, v in config.items() if k not in WARM_START_KEYS}
+    if source is not None:
+        out["init_from"] = source.identity()
+    return out
+
+
 MISSING = object()
 
 

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from runner.errors import ConfigError, require_choice, require_int, require_number
+from runner.parallel.mesh import meshed, replicated, spread_over_chains
 
 SOLVERS = ("auto", "cholesky", "eigh", "cg")
 # solver "auto": dense Cholesky up to this many parameters, conjugate gradients above. Dense
@@ -232,17 +233,10 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
     same bits on every layout once the residuals carry importance weights (a 12-site reweighted
     run, 1 against 4 devices).
     """
-    if not jax.sharding.get_abstract_mesh().empty:
-        S = _block_gram_and_force(_replicated(Obar_PxS), _replicated(eps_S), mode)[0]
+    if meshed():
+        S = _block_gram_and_force(replicated(Obar_PxS), replicated(eps_S), mode)[0]
         return S, _by_chain_pairs(Obar_PxS, eps_S, n_chains, lambda A, e: force(from_dense(A, mode), e, mode))
     return _by_chain_pairs(Obar_PxS, eps_S, n_chains, lambda A, e: _block_gram_and_force(A, e, mode))
-
-
-def _replicated(x):
-    """x whole on every device when compiled under a mesh (as it is without one)."""
-    if jax.sharding.get_abstract_mesh().empty:
-        return x
-    return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec())
 
 
 def _after(x, y):
@@ -533,13 +527,7 @@ def sample_kernel(chunks: SampleChunks, mode, after=None):
     kernel's gathers and loops start only once it is computed (`_after`), and so does a loop
     around the kernel (`parameter_kernel`'s over parameter blocks).
     """
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty:
-        spread = whole = lambda x: x  # noqa: E731
-    else:
-        chains, replicated = jax.sharding.PartitionSpec(mesh.axis_names), jax.sharding.PartitionSpec()
-        spread = lambda x: jax.lax.with_sharding_constraint(x, chains)  # noqa: E731
-        whole = lambda x: jax.lax.with_sharding_constraint(x, replicated)  # noqa: E731
+    spread, whole = spread_over_chains, replicated
     rows = chunks.start()
     chunk_rows = lambda k: spread(_kernel_rows(rows(k), mode))  # noqa: E731
     if chunks.n == 1:
@@ -595,10 +583,10 @@ def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momen
     shape = (chunks.n, C, b.shape[0] // n_samples, t)
     to_kernel, from_kernel = _kernel_order(shape), _kernel_order(shape, inverse=True)
     # The right-hand side whole on every device before the kernel's loops start (`_after`).
-    b_Q = _replicated(to_kernel(b if not momentum else 2.0 * b - momentum * jac.matvec(state)))
+    b_Q = replicated(to_kernel(b if not momentum else 2.0 * b - momentum * jac.matvec(state)))
     T_QxQ = _shifted(parameter_kernel(chunks, mode, param_chunk_size, after=b_Q), diag_shift)
     if not momentum:
-        y_Q = _replicated(_solve_psd(T_QxQ, b_Q, solver))
+        y_Q = replicated(_solve_psd(T_QxQ, b_Q, solver))
         x = 2.0 * jac.rmatvec(from_kernel(y_Q))
         # x = 2 A^H y, F = 2 A^H b and (A A^H + shift) y = b give x^H F = 4 (|b|^2 - shift y^H b);
         # the dot products over samples on every device whole (the same bits on every layout).

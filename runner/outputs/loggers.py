@@ -11,6 +11,7 @@ from pathlib import Path
 
 from runner.config import fingerprint
 from runner.errors import ConfigError
+from runner.parallel import distributed
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ class Tracking:
     def open(self, start_step: int = 0) -> "Tracking":
         import jax
 
-        if jax.process_index() != 0:
+        if not distributed.is_main():
             return self
         for name, settings in self.chosen.items():
             if name == "tensorboard":

@@ -6,6 +6,7 @@ import sys
 import threading
 
 import jax
+import numpy as np
 
 from runner.errors import ConfigError, require_int
 
@@ -188,3 +189,34 @@ def initialize(parallel: dict, x64: bool) -> None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         _join(args, timeout)
     _initialized = request
+
+
+def process_count() -> int:
+    """How many processes run this computation (1 unless joined by `initialize`)."""
+    return jax.process_count()
+
+
+def process_index() -> int:
+    """This process's number, 0 to process_count() - 1."""
+    return jax.process_index()
+
+
+def is_main() -> bool:
+    """Whether this is process 0, the one that writes a run's shared files."""
+    return jax.process_index() == 0
+
+
+def allgather(x_host):
+    """Every process's `x_host` (a small NumPy array), stacked along a new leading axis."""
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(x_host)
+
+
+def broadcast_float(x: float) -> float:
+    """Process 0's `x` on every process, bit for bit (as two uint32 words: x64 may be off)."""
+    from jax.experimental import multihost_utils
+
+    words = np.frombuffer(np.float64(x).tobytes(), np.uint32)
+    words = np.asarray(multihost_utils.broadcast_one_to_all(words), np.uint32)
+    return float(np.frombuffer(words.tobytes(), np.float64)[0])

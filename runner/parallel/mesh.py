@@ -80,3 +80,27 @@ def from_host(tree, shardings):
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
     return jax.tree_util.tree_map(put, tree, shardings)
+
+
+def activate(layout: Layout):
+    """The context in which code is traced and run under the layout's mesh."""
+    return jax.set_mesh(layout.mesh)
+
+
+# --- sharding constraints for code traced under a mesh (`jax.set_mesh`); no-ops without one ---
+
+
+def meshed() -> bool:
+    """Whether the caller is being traced under a mesh."""
+    return not jax.sharding.get_abstract_mesh().empty
+
+
+def replicated(x):
+    """x whole on every device when traced under a mesh; x itself without one."""
+    return jax.lax.with_sharding_constraint(x, PartitionSpec()) if meshed() else x
+
+
+def spread_over_chains(x):
+    """x split along its leading axis over the mesh's devices when traced under one; x itself without."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return x if mesh.empty else jax.lax.with_sharding_constraint(x, PartitionSpec(mesh.axis_names))

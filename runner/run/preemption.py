@@ -10,8 +10,9 @@ import os
 import signal
 import sys
 
-import jax
 import numpy as np
+
+from runner.parallel import distributed
 
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 EXIT_PREEMPTED = 3  # exit status of a run stopped by SIGTERM/SIGUSR2 after saving its checkpoint
@@ -69,12 +70,10 @@ class StopRequest:
 
     def requested(self) -> bool:
         """True on every process when any process has received a stop signal."""
-        if jax.process_count() == 1:
+        if distributed.process_count() == 1:
             self.agreed = self.signum
         else:
-            from jax.experimental import multihost_utils
-
-            received = multihost_utils.process_allgather(np.array([self.signum or 0]))
+            received = distributed.allgather(np.array([self.signum or 0]))
             received = [int(s) for s in np.ravel(received) if s]
             self.agreed = received[0] if received else None
         return self.agreed is not None

@@ -1,28 +1,25 @@
-"""A run directory's trained state (config, experiment, checkpoint), for evaluation, the Python API and warm starts."""
+"""Warm starts (`init_from`): the source run found and checked against this config, its state taken over."""
 
 import dataclasses
-import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from runner.config import fingerprint
 from runner.errors import ConfigError, require_bool
 from runner.run import checkpoint
+from runner.run.load import load, refuse_difference, stored_fingerprint
 
 log = logging.getLogger(__name__)
 
 PREVIOUS = "previous"  # init_from: the previous job of the running sweep
+
 # The groups a run's parameters depend on: another model, lattice or dtype gives parameters of
 # another shape or meaning.
 PARAMETER_KEYS = ("model.", "hilbert.", "dtype.")
+
 # Continuing a run's chains also needs its number of chains and magnetisation sector.
 CHAIN_KEYS = ("sampler.n_chains", "hilbert.total_sz")
-# What an evaluation may not change: the state it measures and what it measures it against.
-PHYSICS_KEYS = ("hilbert.", "hamiltonian.", "model.", "dtype.")
-WARM_START_KEYS = ("init_from", "init_chains")
-
 
 @dataclasses.dataclass(frozen=True)
 class Source:
@@ -45,80 +42,6 @@ class Source:
         not its path (a moved run directory starts the same numbers)."""
         return {"fingerprint": self.digest, "step": self.step, "chains": self.chains}
 
-
-@dataclasses.dataclass(frozen=True)
-class Trained:
-    """A run's checkpoint read back with the run's own config.
-
-    Attributes:
-        run_dir: the run directory.
-        config: the resolved config the run was composed with.
-        experiment: `runner.config.build.Experiment` built from it (without its warm start).
-        state: the `VMCState` of the checkpoint, NumPy leaves.
-        meta: the checkpoint's meta dict (`step`, `seed`, `config_fingerprint`).
-    """
-
-    run_dir: Path
-    config: dict
-    experiment: Any
-    state: Any
-    meta: dict
-
-
-def read_config(run_dir) -> dict:
-    """The resolved config a run was composed with (Hydra's RUN_DIR/.hydra/config.yaml).
-
-    Raises:
-        ConfigError: the directory holds no such record.
-    """
-    from omegaconf import OmegaConf
-
-    path = Path(run_dir) / ".hydra" / "config.yaml"
-    if not path.is_file():
-        raise ConfigError("run directory", f"{run_dir} holds no .hydra/config.yaml (not a run directory)")
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-
-
-def read_overrides(run_dir) -> list[str]:
-    """The command-line overrides a run was composed with (RUN_DIR/.hydra/overrides.yaml)."""
-    import yaml
-
-    path = Path(run_dir) / ".hydra" / "overrides.yaml"
-    return [str(o) for o in (yaml.safe_load(path.read_text()) or [])] if path.is_file() else []
-
-
-def stored_fingerprint(run_dir) -> dict:
-    """The config fingerprint record ({"hash", "config"}) of a run's checkpoint; for a
-    checkpoint written before fingerprints, the one of its .hydra/config.yaml."""
-    record = checkpoint.read_meta(Path(run_dir) / "checkpoint").get("config_fingerprint")
-    if isinstance(record, dict) and isinstance(record.get("config"), dict):
-        return record
-    return fingerprint.record(fingerprint.of(fingerprinted(read_config(run_dir), None)))
-
-
-def fingerprinted(config: dict, source: Source | None) -> dict:
-    """The config whose fingerprint a run carries: the warm-start keys replaced by the source's
-    identity (its fingerprint and step) when there is one, and left out when there is none
-    (a cold start has the fingerprint it had before warm starts existed)."""
-    out = {k: v for k, v in config.items() if k not in WARM_START_KEYS}
-    if source is not None:
-        out["init_from"] = source.identity()
-    return out
-
-
-def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: str, here: str = "this config"):
-    """Raises ConfigError naming the first key under `prefixes` whose value differs between two
-    flattened configs, with both values (`where` names the stored one's run, `here` the current)."""
-    pick = lambda flat: {k: v for k, v in flat.items() if k.startswith(prefixes)}  # noqa: E731
-    diff = fingerprint.first_difference(pick(stored), pick(current))
-    if diff is not None:
-        key, old, new = diff
-        raise ConfigError(key, f"is {fingerprint.show(new)} in {here} but {fingerprint.show(old)} in {where}; {why}")
-
-
-# --- warm starts ----------------------------------------------------------------------------
-
-
 def job_dir(sweep_dir, num: int) -> Path | None:
     """The run directory of job `num` of a sweep, found by the job number Hydra records in each
     job's .hydra/hydra.yaml (whatever `hydra.sweep.subdir` names it), or None."""
@@ -135,7 +58,6 @@ def job_dir(sweep_dir, num: int) -> Path | None:
         if job.get("num") == num:
             return path.parent.parent
     return None
-
 
 def _previous_run(sweep_job) -> Path | None:
     """The run directory `init_from: previous` names: the previous job of a sequential sweep
@@ -160,7 +82,6 @@ def _previous_run(sweep_job) -> Path | None:
             "points only with a sequential launcher (the default basic one), or give a run directory",
         )
     return found
-
 
 def source(config: dict, sweep_job=None) -> Source | None:
     """The warm start a config asks for (`init_from`, `init_chains`), checked against the source.
@@ -208,6 +129,16 @@ def source(config: dict, sweep_job=None) -> Source | None:
                           "init_chains needs the same number of chains and Sz sector (or init_chains=false)")
     return Source(run_dir, int(meta["step"]), record["hash"], chains)
 
+def resolve(experiment, config: dict, sweep_job=None):
+    """The experiment with its warm start: the source run found, checked against `config`, and
+    its identity in the fingerprint. `sweep_job`: see `source`."""
+    src = source(config, sweep_job)
+    if src is None:
+        return experiment
+    settings = dataclasses.replace(experiment.settings, init_from=src,
+                                   fingerprint=fingerprint.of(fingerprint.fingerprinted(config, src)))
+    return dataclasses.replace(experiment, settings=settings)
+
 
 def warm_start(experiment, state, shardings):
     """The initial state with the parameters (and with `init_chains`, the chains) of the
@@ -236,7 +167,6 @@ def warm_start(experiment, state, shardings):
              src.run_dir, trained.meta["step"])
     return state
 
-
 def _check_like(tree, like, what, run_dir):
     import jax
     import numpy as np
@@ -246,50 +176,3 @@ def _check_like(tree, like, what, run_dir):
     wanted = [(tuple(x.shape), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(like)]
     if a != b or shapes != wanted:
         raise ValueError(f"the {what} in {run_dir} do not fit this config ({shapes} vs {wanted})")
-
-
-# --- reading a run back ---------------------------------------------------------------------
-
-
-def experiment_of(config: dict):
-    """The experiment of a run's config, without its warm start (its parameters are in its own
-    checkpoint). Touches no device."""
-    from runner.config.build import build
-
-    return build({**config, "init_from": None, "init_chains": False})
-
-
-def state_like(experiment):
-    """Shapes and dtypes of the experiment's VMCState (`jax.ShapeDtypeStruct` leaves), under the
-    current x64 setting. Touches no device."""
-    import jax
-    import jax.numpy as jnp
-
-    from runner.core.vmc import init_state
-
-    sigma_N = jax.ShapeDtypeStruct((experiment.hilbert.n_sites,), jnp.int8)
-    init = functools.partial(init_state, experiment.problem, experiment.settings.seed)
-    return jax.eval_shape(init, sigma_N)
-
-
-def load(run_dir, experiment=None) -> Trained:
-    """Reads a run's checkpoint into the state structure of the run's own config.
-
-    Args:
-        run_dir: a run directory with .hydra/config.yaml and checkpoint/.
-        experiment: the run's experiment when already built (`experiment_of(read_config(run_dir))`).
-            x64 must already match its dtype.
-
-    Raises:
-        ConfigError: no checkpoint, or one that does not fit the run's config.
-    """
-    run_dir = Path(run_dir)
-    if not checkpoint.exists(run_dir / "checkpoint"):
-        raise ConfigError("run directory", f"{run_dir} holds no checkpoint")
-    config = read_config(run_dir)
-    experiment = experiment_of(config) if experiment is None else experiment
-    try:
-        state, meta = checkpoint.load(run_dir / "checkpoint", state_like(experiment))
-    except ValueError as err:
-        raise ConfigError("run directory", f"{run_dir} holds a checkpoint that does not fit its config ({err})") from None
-    return Trained(run_dir, config, experiment, state, meta)

@@ -1,0 +1,113 @@
+"""A run directory read back: its config, overrides, fingerprint and checkpoint in the state of its own config."""
+
+import dataclasses
+import functools
+import logging
+from pathlib import Path
+from typing import Any
+
+from runner.config import fingerprint
+from runner.errors import ConfigError
+from runner.run import checkpoint
+
+log = logging.getLogger(__name__)
+
+# What an evaluation may not change: the state it measures and what it measures it against.
+PHYSICS_KEYS = ("hilbert.", "hamiltonian.", "model.", "dtype.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """A run's checkpoint read back with the run's own config.
+
+    Attributes:
+        run_dir: the run directory.
+        config: the resolved config the run was composed with.
+        experiment: `runner.config.build.Experiment` built from it (without its warm start).
+        state: the `VMCState` of the checkpoint, NumPy leaves.
+        meta: the checkpoint's meta dict (`step`, `seed`, `config_fingerprint`).
+    """
+
+    run_dir: Path
+    config: dict
+    experiment: Any
+    state: Any
+    meta: dict
+
+def read_config(run_dir) -> dict:
+    """The resolved config a run was composed with (Hydra's RUN_DIR/.hydra/config.yaml).
+
+    Raises:
+        ConfigError: the directory holds no such record.
+    """
+    from omegaconf import OmegaConf
+
+    path = Path(run_dir) / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise ConfigError("run directory", f"{run_dir} holds no .hydra/config.yaml (not a run directory)")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+def read_overrides(run_dir) -> list[str]:
+    """The command-line overrides a run was composed with (RUN_DIR/.hydra/overrides.yaml)."""
+    import yaml
+
+    path = Path(run_dir) / ".hydra" / "overrides.yaml"
+    return [str(o) for o in (yaml.safe_load(path.read_text()) or [])] if path.is_file() else []
+
+def stored_fingerprint(run_dir) -> dict:
+    """The config fingerprint record ({"hash", "config"}) of a run's checkpoint; for a
+    checkpoint written before fingerprints, the one of its .hydra/config.yaml."""
+    record = checkpoint.read_meta(Path(run_dir) / "checkpoint").get("config_fingerprint")
+    if isinstance(record, dict) and isinstance(record.get("config"), dict):
+        return record
+    return fingerprint.record(fingerprint.of(fingerprint.fingerprinted(read_config(run_dir), None)))
+
+def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: str, here: str = "this config"):
+    """Raises ConfigError naming the first key under `prefixes` whose value differs between two
+    flattened configs, with both values (`where` names the stored one's run, `here` the current)."""
+    pick = lambda flat: {k: v for k, v in flat.items() if k.startswith(prefixes)}  # noqa: E731
+    diff = fingerprint.first_difference(pick(stored), pick(current))
+    if diff is not None:
+        key, old, new = diff
+        raise ConfigError(key, f"is {fingerprint.show(new)} in {here} but {fingerprint.show(old)} in {where}; {why}")
+
+def experiment_of(config: dict):
+    """The experiment of a run's config, without its warm start (its parameters are in its own
+    checkpoint). Touches no device."""
+    from runner.config.build import build
+
+    return build({**config, "init_from": None, "init_chains": False})
+
+def state_like(experiment):
+    """Shapes and dtypes of the experiment's VMCState (`jax.ShapeDtypeStruct` leaves), under the
+    current x64 setting. Touches no device."""
+    import jax
+    import jax.numpy as jnp
+
+    from runner.core.vmc import init_state
+
+    sigma_N = jax.ShapeDtypeStruct((experiment.hilbert.n_sites,), jnp.int8)
+    init = functools.partial(init_state, experiment.problem, experiment.settings.seed)
+    return jax.eval_shape(init, sigma_N)
+
+def load(run_dir, experiment=None) -> Trained:
+    """Reads a run's checkpoint into the state structure of the run's own config.
+
+    Args:
+        run_dir: a run directory with .hydra/config.yaml and checkpoint/.
+        experiment: the run's experiment when already built (`experiment_of(read_config(run_dir))`).
+            x64 must already match its dtype.
+
+    Raises:
+        ConfigError: no checkpoint, or one that does not fit the run's config.
+    """
+    run_dir = Path(run_dir)
+    if not checkpoint.exists(run_dir / "checkpoint"):
+        raise ConfigError("run directory", f"{run_dir} holds no checkpoint")
+    config = read_config(run_dir)
+    experiment = experiment_of(config) if experiment is None else experiment
+    try:
+        state, meta = checkpoint.load(run_dir / "checkpoint", state_like(experiment))
+    except ValueError as err:
+        raise ConfigError("run directory", f"{run_dir} holds a checkpoint that does not fit its config ({err})") from None
+    return Trained(run_dir, config, experiment, state, meta)
