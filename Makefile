@@ -32,7 +32,7 @@ test: $(TEST_STAMP)
 clean:
 	rm -rf $(VENV) outputs multirun
 
-# A local SLURM for the SLURM launcher and its tests (docs/slurm.md). Root only; installs the
+# A local SLURM for the SLURM launcher and its tests (docs/parallel.md). Root only; installs the
 # Debian packages when missing. `SLURM_NODES=2 make slurm-up` emulates two nodes.
 # Use it from a shell with: eval "$(make -s slurm-env)"
 .PHONY: slurm-up slurm-down slurm-env

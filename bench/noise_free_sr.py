@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Noise-free SR on the 4 x 4 J1-J2 model: what the space-group RBM reaches without Monte Carlo.
 
-A diagnostic for docs/accuracy.md; the runner's own `sampler=full_sum` now does these sums for
+A diagnostic for docs/notes/accuracy.md; the runner's own `sampler=full_sum` now does these sums for
 every model (experiment=j1j2_square_full_sum). The model is the runner's own
 `models.RBMSymm(group="lattice")` (complex, Marshall-rotated Hamiltonian, Sz = 0), optimised by
 plain SR with every expectation value summed exactly over the sector instead of sampled. The

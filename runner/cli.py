@@ -1,5 +1,6 @@
 """The Hydra entry point, kept thin: configure the process, compose, hand over to `app.run`."""
 
+import difflib
 import os
 import sys
 import time
@@ -30,6 +31,57 @@ def check_group_choices(argv):
                 print(f"Config error: {key}={choice} is not an option; choose one of: {', '.join(options)}.",
                       file=sys.stderr)
                 sys.exit(2)
+
+
+def _refuse(sentence: str):
+    print(f"Config error: {sentence}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _nearest(name: str, names) -> str:
+    close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
+    return f"did you mean {' or '.join(close)}?" if close else f"valid names: {', '.join(sorted(names))}."
+
+
+def _choices(argv) -> dict:
+    """{group: chosen option}: the config's defaults, then `group=option` overrides."""
+    import yaml
+
+    chosen = {}
+    for entry in yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())["defaults"]:
+        if isinstance(entry, dict):
+            chosen.update({k: v for k, v in entry.items() if isinstance(v, str)})
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if (Path(CONF_DIR) / key).is_dir() and "," not in value:
+            chosen[key] = value
+    return chosen
+
+
+def check_key_names(argv):
+    """Refuses an override whose group or key does not exist (a typo), naming the nearest valid
+    names in one sentence (exit 2); Hydra would suggest `+key`, which the runner then refuses."""
+    import yaml
+
+    conf = Path(CONF_DIR)
+    top = yaml.safe_load((conf / "config.yaml").read_text())
+    groups = {p.name for p in conf.iterdir() if p.is_dir()} - {"hydra"}
+    chosen = _choices(argv)
+    for arg in argv:
+        if "=" not in arg or arg.startswith(("-", "+", "~", "hydra")):
+            continue
+        key = arg.partition("=")[0]
+        head, _, rest = key.partition(".")
+        if head not in groups and head not in top:
+            _refuse(f"{head} is not a config group or top-level key; {_nearest(head, groups | set(top) - {'defaults'})}")
+        option = chosen.get(head)
+        if not rest or head not in groups or not option or option == "null":
+            continue
+        path = conf / head / f"{option}.yaml"
+        node = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+        sub = rest.partition(".")[0]
+        if isinstance(node, dict) and node and sub not in node:
+            _refuse(f"{head}.{sub} is not a key of {head}={option}; {_nearest(sub, set(node) - {'_target_'})}")
 
 
 def run_id(env=None) -> str:
@@ -67,6 +119,7 @@ def new_dirs(argv, run_id_value: str, cwd=None) -> set[Path]:
 def main():
     configure_runtime()
     check_group_choices(sys.argv[1:])
+    check_key_names(sys.argv[1:])
     import hydra
     from omegaconf import OmegaConf
 

@@ -4,7 +4,7 @@ For each run directory: log|psi| of every stripe-domain configuration (L/2 whole
 columns up, the rest down: Sz = 0), against log|psi| of 2,048 fresh samples of |psi|^2, and
 E_loc at the largest. A Metropolis chain of local exchanges almost never reaches these
 configurations from typical ones, so a state can put nearly all of |psi|^2 on them while every
-sampled estimate says otherwise (docs/accuracy.md, "Sampled 6x6 energies that were wrong").
+sampled estimate says otherwise (docs/notes/accuracy.md, "Sampled 6x6 energies that were wrong").
 
     python scripts/stripe_peaks.py RUN_DIR [RUN_DIR ...]
 """

@@ -333,7 +333,7 @@ def test_square_j1j2_commutes_with_the_space_group_and_marshall_rotation(rotate)
 
 
 def test_square_j1j2_ground_state_sign_structure():
-    """The numbers docs/accuracy.md quotes for the 4x4 J1-J2 ground state (J2 = 0.5, Sz = 0,
+    """The numbers docs/notes/accuracy.md quotes for the 4x4 J1-J2 ground state (J2 = 0.5, Sz = 0,
     Marshall-rotated): spin-flip parity +1, gap 1.276, the Marshall sign wrong on 1.3 % of its
     weight, and the exact amplitudes with the Marshall sign alone 2.2e-2 above the exact energy."""
     import scipy.sparse.linalg
