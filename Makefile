@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install run test clean
+.PHONY: install run test test-fast clean
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The unit tests only: tests/ without tests/integration/ and without tests marked slow.
+test-fast: $(TEST_STAMP)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" --ignore=tests/integration $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun
