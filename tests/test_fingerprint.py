@@ -90,3 +90,20 @@ def test_a_key_added_later_is_no_difference_while_null():
     assert fingerprint.first_difference(stored, {**stored, "clip_local_energy": None}) is None
     key, old, new = fingerprint.first_difference(stored, {**stored, "clip_local_energy": 5.0})
     assert key == "clip_local_energy" and old is fingerprint.MISSING and new == 5.0
+
+
+def test_module_paths_do_not_count_but_the_constructor_does():
+    old = {"hamiltonian._target_": "runner.operators.ising", "hamiltonian.h": 1.0}
+    new = {"hamiltonian._target_": "runner.physics.hamiltonians.ising", "hamiltonian.h": 1.0}
+    assert fingerprint.digest(old) == fingerprint.digest(new)
+    assert fingerprint.first_difference(old, new) is None
+    other = {**new, "hamiltonian._target_": "runner.physics.hamiltonians.xxz"}
+    assert fingerprint.first_difference(old, other) == ("hamiltonian._target_", "ising", "xxz")
+    assert fingerprint.of({"model": {"_target_": "models.RBM", "alpha": 1}}) == {"model._target_": "RBM", "model.alpha": 1}
+
+
+def test_a_retired_key_counts_only_away_from_its_neutral_value():
+    current = {"seed": 0}
+    assert fingerprint.first_difference({"seed": 0, "peak_restart_every": 0}, current) is None
+    assert fingerprint.same(fingerprint.record({"seed": 0, "peak_restart_every": 0}), current)
+    assert fingerprint.first_difference({"seed": 0, "peak_restart_every": 3}, current)[0] == "peak_restart_every"

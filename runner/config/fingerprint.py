@@ -19,6 +19,19 @@ RESUME_IGNORES = ("final_rounds", "observables", "peak_search")
 RETIRED = {"peak_restart_every": 0}
 
 
+def without_retired(config: dict) -> dict:
+    """A stored run's config without the retired keys (`RETIRED`), which it holds at the value
+    that behaved as today's code does.
+
+    Raises:
+        ConfigError: a retired key at another value (today's code cannot redo that run).
+    """
+    for key, neutral in RETIRED.items():
+        if key in config and _canonical(config[key]) != neutral:
+            raise ConfigError(key, f"is {show(config[key])} in that run, an option this version no longer has")
+    return {k: v for k, v in config.items() if k not in RETIRED}
+
+
 def _ignored(key: str, ignore) -> bool:
     """Whether `key` is one of `ignore` or lies in one of those groups."""
     return any(key == name or key.startswith(name + ".") for name in ignore)
@@ -56,6 +69,12 @@ def _without_module_paths(flat: dict) -> dict:
             for k, v in flat.items()}
 
 
+def _comparable(flat: dict) -> dict:
+    """A flattened fingerprint as compared: no module paths, no retired key at its neutral value."""
+    return {k: v for k, v in _without_module_paths(flat).items()
+            if not (k in RETIRED and _canonical(v) == RETIRED[k])}
+
+
 def _canonical(value):
     """Numbers compared by value: `h: 1` and `h: 1.0` give the same numbers."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
@@ -69,7 +88,7 @@ def _canonical(value):
 
 def digest(flat: dict) -> str:
     """A short hash of a flattened fingerprint (equal for configs that give the same numbers)."""
-    text = json.dumps(_canonical(_without_module_paths(flat)), sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps(_canonical(_comparable(flat)), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -116,14 +135,12 @@ def first_difference(stored: dict, current: dict, ignore=()):
     Returns:
         (key, stored value, current value), a missing value being `MISSING`; or None.
     """
-    stored, current = _without_module_paths(stored), _without_module_paths(current)
+    stored, current = _comparable(stored), _comparable(current)
     for key in [*current, *(k for k in stored if k not in current)]:
         if _ignored(key, ignore):
             continue
         old, new = stored.get(key, MISSING), current.get(key, MISSING)
         if old is MISSING and new is None:
-            continue
-        if new is MISSING and key in RETIRED and _canonical(old) == RETIRED[key]:
             continue
         if old is MISSING or new is MISSING or _canonical(old) != _canonical(new):
             return key, old, new

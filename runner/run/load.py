@@ -45,7 +45,7 @@ def read_config(run_dir) -> dict:
     path = Path(run_dir) / ".hydra" / "config.yaml"
     if not path.is_file():
         raise ConfigError("run directory", f"{run_dir} holds no .hydra/config.yaml (not a run directory)")
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return fingerprint.without_retired(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
 
 def read_overrides(run_dir) -> list[str]:
     """The command-line overrides a run was composed with (RUN_DIR/.hydra/overrides.yaml)."""

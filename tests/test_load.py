@@ -1,0 +1,67 @@
+"""runner.run.load: a run directory read back, including one written before runner/ was split by
+concern (the 6dc7890 fixture: its `_target_`s name the old module paths)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runner.config import fingerprint
+from runner.errors import ConfigError
+from runner.run import load
+
+OLD_RUN = Path(__file__).resolve().parent / "integration" / "golden" / "run_6dc7890" / "run"
+
+
+def test_reads_config_overrides_and_fingerprint_of_an_old_run():
+    config = load.read_config(OLD_RUN)
+    assert config["hamiltonian"]["_target_"] == "runner.operators.ising"  # written by the old layout
+    assert load.read_overrides(OLD_RUN) == ["n_iter=10", "checkpoint_every=5", "hilbert.L=8", "observables=spin"]
+    record = load.stored_fingerprint(OLD_RUN)
+    assert record["config"]["hilbert.L"] == 8
+    # the stored fingerprint names old module paths; today's fingerprint of the same config agrees with it
+    today = fingerprint.of(fingerprint.fingerprinted(config, None))
+    assert fingerprint.first_difference(record["config"], today) is None
+    assert fingerprint.same(record, today)
+
+
+def test_loads_the_checkpoint_of_an_old_run_into_its_config():
+    trained = load.load(OLD_RUN)
+    assert trained.meta["step"] == 10
+    assert trained.experiment.hilbert.n_sites == 8
+    assert type(trained.experiment.hamiltonian).__name__ == "PauliSum"
+    leaves = [np.asarray(x) for x in __import__("jax").tree_util.tree_leaves(trained.state.params)]
+    assert leaves and all(np.all(np.isfinite(x)) for x in leaves)
+
+
+def test_refuses_a_directory_without_config_or_checkpoint(tmp_path):
+    with pytest.raises(ConfigError, match="not a run directory"):
+        load.read_config(tmp_path)
+    run = tmp_path / "run"
+    shutil.copytree(OLD_RUN, run)
+    shutil.rmtree(run / "checkpoint")
+    with pytest.raises(ConfigError, match="holds no checkpoint"):
+        load.load(run)
+
+
+def test_refuse_difference_names_the_key_and_both_values():
+    with pytest.raises(ConfigError, match=r"model.alpha is 2 in this config but 1 in the run X; why"):
+        load.refuse_difference({"model.alpha": 1, "seed": 0}, {"model.alpha": 2, "seed": 5}, ("model.",), "the run X", "why")
+    load.refuse_difference({"model.alpha": 1, "seed": 0}, {"model.alpha": 1, "seed": 5}, ("model.",), "X", "why")
+
+
+def test_an_old_summary_is_read_as_it_was_written():
+    summary = json.loads((OLD_RUN / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["n_iter"] == 10
+
+
+def test_retired_keys_are_dropped_at_their_neutral_value_and_refused_otherwise(tmp_path):
+    assert "peak_restart_every" not in load.read_config(OLD_RUN)
+    run = tmp_path / "run"
+    shutil.copytree(OLD_RUN, run)
+    path = run / ".hydra" / "config.yaml"
+    path.write_text(path.read_text().replace("peak_restart_every: 0", "peak_restart_every: 5"))
+    with pytest.raises(ConfigError, match="peak_restart_every is 5 in that run"):
+        load.read_config(run)
