@@ -3,25 +3,16 @@
 import os
 
 # XLA:CPU runs a while loop whose buffers stay under this many bytes as one compiled kernel
-# instead of dispatching every operation of its body separately (default 1 kB). A Metropolis
-# step on 16 chains is a few microseconds of arithmetic, so per-operation dispatch dominated
-# it: with the limit raised, a 6x6 RBM step takes 1.8 us instead of 2.8 us.
+# instead of dispatching every operation of its body separately (default 1 kB): a Metropolis
+# sweep is microseconds of arithmetic, which per-operation dispatch would dominate.
 SMALL_LOOP_BYTES = 8_000_000
 
-# A convolution inside such a kernel runs through XLA's own emitted loops instead of its
-# convolution library: a 6x6 CNN's Metropolis draw on 16 chains took 206 ms instead of 152, on
-# 64 complex64 chains 3,300 ms instead of 353 (docs/benchmarks.md, "Loops with convolutions").
-# XLA leaves a loop that contains a custom call out of that compilation, so a model with
-# convolutions ties each of its evaluations to one (`outside_loop_kernels`).
-# glibc malloc hands a freed block above its mmap threshold (128 kB, rising to at most 32 MB)
-# back to the kernel, so every step's large buffers (local energies of all connected
-# configurations, activations of the per-sample derivatives) are fresh pages that fault in
-# again. Allocating from the heap only, and keeping up to 1 GiB of freed heap, reuses them:
-# a 6 x 6 ViT bench step 0.379 s instead of 0.460 s, its peak memory 1,041 MB instead of 968
-# (docs/benchmarks.md, "Deep models").
+# glibc malloc returns freed blocks above its mmap threshold to the kernel, so every step's large
+# buffers would be fresh pages that fault in again: allocate from the heap and keep up to 1 GiB
+# of it (measurements: docs/notes/benchmarks.md, "Deep models").
 MALLOC_SETTINGS = {"MALLOC_MMAP_MAX_": 0, "MALLOC_TRIM_THRESHOLD_": 1 << 30}
-
 _MALLOPT_PARAMS = {"MALLOC_MMAP_MAX_": -4, "MALLOC_TRIM_THRESHOLD_": -1}  # M_MMAP_MAX, M_TRIM_THRESHOLD
+
 
 def configure_runtime():
     """Process settings the runner owns; effective only before JAX starts its backend.
