@@ -178,10 +178,7 @@ class CNN(nn.Module):
     depth: int = 2
     """Number of convolution layers (the first, plus depth - 1 residual ones)."""
     activation: str = "log_cosh"
-    """The nonlinearity f: log_cosh, or log_cosh_series (its Taylor series to x^6, entire: no
-    poles in log psi, and cheaper; `models.common.log_cosh_series`). The series grows as x^6:
-    trained on 6 x 6 J1-J2 its state put its weight on a configuration the chains never reached
-    (docs/accuracy.md); watch the peak search with it."""
+    """The nonlinearity f; the one allowed value is log_cosh (`models.common.log_cosh`)."""
     symmetries: str = "none"
     """Symmetry projection on top: none, translations, point or lattice (the space group; see
     `models.symmetrize`). With pbc the CNN is translation invariant already: point gives lattice's state."""
