@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from runner.run.load import Trained, experiment_of, read_config
 from runner.run.load import load as load_trained
+from runner.run.rundir import METRICS, SUMMARY
 
 
 class Estimate(NamedTuple):
@@ -54,7 +55,7 @@ class TrainedRun:
     @property
     def summary(self) -> dict | None:
         """The run's summary.json, or None when it has none."""
-        path = Path(self.run_dir) / "summary.json"
+        path = Path(self.run_dir) / SUMMARY
         return json.loads(path.read_text()) if path.is_file() else None
 
     @property
@@ -62,7 +63,7 @@ class TrainedRun:
         """metrics.jsonl as a pandas DataFrame, one row per step."""
         import pandas as pd
 
-        path = Path(self.run_dir) / "metrics.jsonl"
+        path = Path(self.run_dir) / METRICS
         lines = path.read_text().splitlines() if path.is_file() else []
         return pd.DataFrame([json.loads(line) for line in lines if line.strip()])
 

@@ -1,20 +1,34 @@
 """`python -m runner.evaluate RUN_DIR [overrides]`: energy, variance, V-score and observables of a run's checkpoint from fresh samples."""
 
-import functools
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
+
+from runner.cli import CONF_DIR
+from runner.config import fingerprint
+from runner.core.sampler import init_chains
+from runner.core.vmc import (
+    BURN_IN_SWEEPS,
+    burn_in_sweeps,
+    final_burn_in,
+    full_sum_invariance_error,
+)
 from runner.diagnostics import health, peaks
 from runner.errors import ConfigError
-from runner.run import checkpoint, load
+from runner.outputs.summary import estimate_fields
+from runner.parallel import distributed, mesh
+from runner.parallel.distributed import DistributedInitError
+from runner.parallel.runtime import configure_runtime
+from runner.run import checkpoint, load, rundir
+from runner.run.finish import final_estimate
 
 log = logging.getLogger(__name__)
 
-EVALUATION = "evaluation.json"
 # Model keys an evaluation may change: the symmetry projection of the trained parameters (the
 # same parameters, a state projected on a symmetry sector: its energy is as variational).
 PROJECTION_KEYS = ("model.symmetries", "model.parity", "model.momentum")
@@ -37,9 +51,6 @@ def compose_config(run_dir, overrides) -> dict:
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-
-    from runner.cli import CONF_DIR
-    from runner.config import fingerprint
 
     stored = load.read_config(run_dir)
     run_overrides = load.read_overrides(run_dir)
@@ -66,16 +77,39 @@ def compose_config(run_dir, overrides) -> dict:
 def projection_change(stored: dict, config: dict) -> dict | None:
     """{key: [the run's value, the evaluated one]} for the projection keys an evaluation
     changes, or None when it evaluates the trained state itself."""
-    from runner.config import fingerprint
-
     old, new = fingerprint.of(stored), fingerprint.of(config)
     changed = {k: [old.get(k), new.get(k)] for k in PROJECTION_KEYS if old.get(k) != new.get(k)}
     return changed or None
 
 
-def _finite(x):
-    x = float(x)
-    return x if math.isfinite(x) else None
+def _set_up(run_dir: Path, overrides):
+    """(config, experiment, layout, trained run): the run's config with the overrides, the
+    processes and mesh it asks for, and the run's checkpoint (refused when a full sum over
+    orbits does not fit the trained parameters)."""
+    config = compose_config(run_dir, list(overrides))
+    experiment = load.experiment_of(config)
+    distributed.initialize(experiment.parallel, experiment.x64)
+    layout = mesh.make_mesh(experiment.parallel["backend"])
+    mesh.check_chains(experiment.problem.sampler.n_chains, layout)
+    trained = load.load(run_dir)
+    error = full_sum_invariance_error(experiment.problem, [trained.state.params])
+    if error is not None:
+        raise ConfigError("sampler.symmetry", error)
+    return config, experiment, layout, trained
+
+
+def _chains(experiment, trained: load.Trained, projection):
+    """(state, continued, burn-in sweeps): the checkpoint's chains when the number of chains and the
+    seed are the run's, otherwise fresh ones from `seed`; the run's own burn-in when the chains still
+    sample what they did, a full one (`BURN_IN_SWEEPS`) for fresh chains or a projected model."""
+    sampler, seed = experiment.problem.sampler, experiment.settings.seed
+    run_sampler = trained.experiment.problem.sampler
+    continued = sampler.n_chains == run_sampler.n_chains and seed == trained.experiment.settings.seed
+    state = trained.state
+    if not continued:
+        state = state._replace(chains=jax.tree_util.tree_map(np.asarray, init_chains(sampler, seed)))
+    sweeps = burn_in_sweeps(sampler, final_burn_in(run_sampler) if continued and projection is None else BURN_IN_SWEEPS)
+    return state, continued, sweeps
 
 
 def evaluate(run_dir, overrides=()) -> dict:
@@ -86,9 +120,9 @@ def evaluate(run_dir, overrides=()) -> dict:
     Samples `final_rounds` rounds of `sampler.n_samples` with the (overridden) sampler on the
     (overridden) parallel backend. The checkpoint's chains are continued when the number of
     chains and the seed are the run's (with the run's own settings this reproduces its final
-    estimate exactly, its burn-in included: `runner.core.vmc.final_burn_in`); otherwise fresh chains start
-    from `seed`. Fresh chains, and the run's chains under a projected model, first discard
-    `runner.core.vmc.BURN_IN_SWEEPS` sweeps ("burn_in_sweeps" in the result).
+    estimate exactly, its burn-in included: `runner.run.finish.final_estimate`); otherwise fresh
+    chains start from `seed`. Fresh chains, and the run's chains under a projected model, first
+    discard `runner.core.vmc.BURN_IN_SWEEPS` sweeps ("burn_in_sweeps" in the result).
 
     Args:
         run_dir: a run directory (with .hydra/ and checkpoint/).
@@ -102,75 +136,20 @@ def evaluate(run_dir, overrides=()) -> dict:
     Raises:
         ConfigError: a bad override or run directory.
     """
-    import jax
-    import numpy as np
-
-    from runner.core import observe
-    from runner.core.sampler import init_chains
-    from runner.core.vmc import (
-        BURN_IN_SWEEPS,
-        burn_in,
-        burn_in_sweeps,
-        estimate,
-        final_burn_in,
-        full_sum_invariance_error,
-    )
-    from runner.parallel import distributed, mesh
-    from runner.physics import observables
-
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    config = compose_config(run_dir, list(overrides))
-    experiment = load.experiment_of(config)
-    distributed.initialize(experiment.parallel, experiment.x64)
-    layout = mesh.make_mesh(experiment.parallel["backend"])
+    config, experiment, layout, trained = _set_up(run_dir, overrides)
     problem, settings = experiment.problem, experiment.settings
-    mesh.check_chains(problem.sampler.n_chains, layout)
-
-    trained = load.load(run_dir)
-    state = trained.state
-    error = full_sum_invariance_error(problem, [trained.state.params])
-    if error is not None:
-        raise ConfigError("sampler.symmetry", error)
-    run_sampler = trained.experiment.problem.sampler
-    continued = problem.sampler.n_chains == run_sampler.n_chains and settings.seed == trained.experiment.settings.seed
-    if not continued:
-        state = state._replace(chains=jax.tree_util.tree_map(np.asarray, init_chains(problem.sampler, settings.seed)))
     projection = projection_change(trained.config, config)
-    # Burn-in: the run's own (its final estimate again) when the chains still sample what they did; a
-    # full one for fresh chains, or for the run's chains under a projected model.
-    sweeps = burn_in_sweeps(problem.sampler,
-                            final_burn_in(run_sampler) if continued and projection is None else BURN_IN_SWEEPS)
+    state, continued, sweeps = _chains(experiment, trained, projection)
     shardings = mesh.shard_state(state, layout)
-    obs = experiment.observables
-    if obs is None:
-        fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
-    else:  # the energy and the observables from the same samples, as a run's final estimate
-        fn = functools.partial(observe.estimate, problem, obs, n_rounds=settings.final_rounds)
-    est = jax.jit(lambda s: fn(burn_in(problem, s, sweeps)), in_shardings=(shardings,),
-                  out_shardings=(shardings.chains, layout.replicated))
-    out = mesh.to_host(est(mesh.from_host(state, shardings))[1])
-    metrics, observed = (out, {}) if obs is None else (out[0], observables.results(
-        obs, out[1], settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains)[0])
-    metrics = {k: _finite(v) for k, v in metrics.items()}
-
+    metrics, observed = final_estimate(experiment, mesh.from_host(state, shardings), shardings, layout, sweeps)
     peak_check = peaks.check_estimate(problem, trained.state.params, metrics, state.chains.sigma_CxN,
                                       settings.peak_search, settings.seed)
-    energy, variance = metrics["energy"], metrics["variance"]
-    n_sites = experiment.hilbert.n_sites
-    summary_path = run_dir / "summary.json"
+    summary_path = run_dir / rundir.SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    exact_energy = summary.get("exact_energy")
     result = {
-        "energy": energy,
-        "energy_error": metrics["energy_error"],
-        "variance": variance,
-        "v_score": n_sites * variance / energy**2 if energy and variance is not None else None,
-        "r_hat": metrics["r_hat"],
-        "tau_corr": metrics["tau_corr"],
-        "acceptance": metrics["acceptance"],
-        "exact_energy": exact_energy,
-        "relative_error": abs(energy - exact_energy) / abs(exact_energy) if energy is not None and exact_energy else None,
+        **estimate_fields(experiment.hilbert.n_sites, metrics, summary.get("exact_energy")),
         "step": int(trained.meta["step"]),
         "n_samples": problem.sampler.n_samples,
         "final_rounds": settings.final_rounds,
@@ -184,21 +163,18 @@ def evaluate(run_dir, overrides=()) -> dict:
         "projection": projection,
         "burn_in_sweeps": sweeps,
         "peak_check": peak_check,  # runner.diagnostics.peaks.check (None after a full sum or with peak_search=0)
-        **observed,  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
+        **(observed[0] if observed else {}),  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
         "config_fingerprint": trained.meta.get("config_fingerprint"),
         "wall_seconds": time.perf_counter() - started,
     }
     if distributed.is_main():
         text = json.dumps(result, indent=2) + "\n"
-        checkpoint.write_atomic(run_dir / EVALUATION, lambda f: f.write(text.encode()))
+        checkpoint.write_atomic(run_dir / rundir.EVALUATION, lambda f: f.write(text.encode()))
     return result
 
 
 def main(argv=None):
     """The command line: one sentence and status 2 for a bad run directory or override."""
-    from runner.parallel.distributed import DistributedInitError
-    from runner.parallel.runtime import configure_runtime
-
     configure_runtime()
     argv = sys.argv[1:] if argv is None else list(argv)
     # a sweep's run directories have "=" in their names: only a path that is not one is an override
@@ -226,7 +202,7 @@ def main(argv=None):
     if peak is not None:
         lines.append(f"peak search ({peak['method']}): largest |psi|^2 found e^{peak['log_ratio']:.1f} times the "
                      "samples' largest")
-    lines.append(f"written to {Path(argv[0]) / EVALUATION}")
+    lines.append(f"written to {Path(argv[0]) / rundir.EVALUATION}")
     for line in lines:
         log.info(line)
     warning = health.check_peaks(peak)

@@ -14,11 +14,8 @@ import numpy as np
 
 from runner.outputs.loggers import MLFLOW_DB, TENSORBOARD_DIR, TRACKING_DIRS
 from runner.outputs.plot import log_error_bars
+from runner.run import rundir
 
-SUMMARY = "summary.json"
-METRICS = "metrics.jsonl"
-OVERRIDES = Path(".hydra") / "overrides.yaml"
-CONFIG = Path(".hydra") / "config.yaml"
 RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably still running
 # what runner.app logs (into the run's Hydra job log, from any rank) when a process raises
 FAILED_LINE = re.compile(r"\] - process \d+ of \d+ failed$", re.M)
@@ -36,9 +33,9 @@ def find_runs(root: Path) -> list[Path]:
     """
     runs = []
     for here, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("checkpoint", *TRACKING_DIRS))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in (rundir.CHECKPOINT, *TRACKING_DIRS))
         here = Path(here)
-        if SUMMARY in files or METRICS in files or (here / OVERRIDES).is_file():
+        if rundir.SUMMARY in files or rundir.METRICS in files or (here / rundir.OVERRIDES).is_file():
             runs.append(here)
     return runs
 
@@ -69,7 +66,7 @@ def _read_overrides(run: Path) -> dict[str, str]:
     try:
         import yaml
 
-        items = yaml.safe_load((run / OVERRIDES).read_text()) or []
+        items = yaml.safe_load((run / rundir.OVERRIDES).read_text()) or []
     except (OSError, ImportError, ValueError):
         return {}
     out = {}
@@ -84,14 +81,14 @@ def _configured_n_iter(run: Path):
     try:
         import yaml
 
-        return (yaml.safe_load((run / CONFIG).read_text()) or {}).get("n_iter")
+        return (yaml.safe_load((run / rundir.CONFIG).read_text()) or {}).get("n_iter")
     except (OSError, ImportError, ValueError, AttributeError):
         return None
 
 
 def _failed_in_log(run: Path) -> bool:
     """The Hydra job log (`<job name>.log`, shared by all ranks) records a failed process."""
-    for log in run.glob("*.log"):
+    for log in run.glob(f"*{rundir.JOB_LOG_SUFFIX}"):
         try:
             text = log.read_text(errors="replace")
         except OSError:
@@ -106,8 +103,8 @@ def _status_without_summary(run: Path, records: list[dict]) -> str:
     if _failed_in_log(run):
         return "failed"
     if not records:
-        return "started" if (run / OVERRIDES).is_file() else "unknown"
-    age = time.time() - (run / METRICS).stat().st_mtime
+        return "started" if (run / rundir.OVERRIDES).is_file() else "unknown"
+    age = time.time() - (run / rundir.METRICS).stat().st_mtime
     return "running" if age < RUNNING_IF_WRITTEN_WITHIN_S else "incomplete"
 
 
@@ -115,8 +112,8 @@ def collect(root: Path) -> list[dict]:
     """One row per run: its overrides (`overrides`), the table columns and its metrics (`records`)."""
     rows = []
     for run in find_runs(root):
-        summary = _read_json(run / SUMMARY) or {}
-        records = _read_metrics(run / METRICS)
+        summary = _read_json(run / rundir.SUMMARY) or {}
+        records = _read_metrics(run / rundir.METRICS)
         n_iter = summary.get("n_iter", _configured_n_iter(run))
         done = summary.get("steps_done", len(records))
         row = {
@@ -338,7 +335,7 @@ def plot_observables(rows: list[dict], key: str, keys: list[str], path: Path):
     curves, names = {}, []
     for row in rows:
         x = _as_float(row["overrides"].get(key))
-        observed = (_read_json(row["path"] / SUMMARY) or {}).get("observables") or {}
+        observed = (_read_json(row["path"] / rundir.SUMMARY) or {}).get("observables") or {}
         if x is None or row["status"] != "completed" or not observed:
             continue
         label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys if k != key)
@@ -445,7 +442,7 @@ def report(root: Path, plots: bool = True) -> list[dict]:
         if plot_convergence(rows, keys, root / "convergence.png") is not None:
             written.append(root / "convergence.png")
         for key in numeric:  # observables against each numeric swept key
-            target = root / ("observables.png" if len(numeric) == 1 else f"observables_{key}.png")
+            target = root / (rundir.OBSERVABLES_PLOT if len(numeric) == 1 else f"observables_{key}.png")
             if plot_observables(rows, key, keys, target) is not None:
                 written.append(target)
     print("wrote " + ", ".join(str(p) for p in written))
@@ -461,7 +458,7 @@ def main(argv=None) -> int:
         print(f"Error: {args.dir} is not a directory.", file=sys.stderr)
         return 2
     if not report(args.dir, plots=not args.no_plots):
-        print(f"Error: no runs under {args.dir} (no summary.json, metrics.jsonl or .hydra/overrides.yaml).",
+        print(f"Error: no runs under {args.dir} (no {rundir.SUMMARY}, {rundir.METRICS} or {rundir.OVERRIDES}).",
               file=sys.stderr)
         return 2
     return 0

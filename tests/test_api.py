@@ -163,3 +163,18 @@ def test_sample_draws_from_the_run_sampler(heisenberg):
     assert chi2 < len(states) + 6 * math.sqrt(2 * len(states)), chi2
     with pytest.raises(ValueError, match="multiple of sampler.n_chains=8"):
         run.sample(100)
+
+
+def test_a_run_recorded_before_peak_restart_every_was_retired_still_loads():
+    """Its .hydra/config.yaml holds `peak_restart_every: 0`, which behaved as today's code does; a
+    run that restarted chains cannot be rebuilt and is refused."""
+    from runner.errors import ConfigError
+    from runner.run import load
+
+    run_dir = REPO / "tests" / "integration" / "golden" / "run_6dc7890" / "run"
+    config = load.read_config(run_dir)
+    assert config["peak_restart_every"] == 0
+    trained = runner.load(run_dir)
+    assert trained.step == 10
+    with pytest.raises(ConfigError, match="peak_restart_every"):
+        load.experiment_of({**config, "peak_restart_every": 3})

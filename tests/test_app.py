@@ -197,19 +197,19 @@ def test_sweep_over_the_field_computes_the_exact_energy_per_point(tmp_path):
 def test_only_process_0_computes_the_exact_energy(monkeypatch):
     import jax
 
-    from runner import app
     from runner.config.build import build
+    from runner.run import finish
     from tests.test_config import compose_config
 
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
     calls, sent = [], []
-    monkeypatch.setattr(app, "ground_energy", lambda *args: calls.append(args) or -7.25)
+    monkeypatch.setattr(finish, "ground_energy", lambda *args: calls.append(args) or -7.25)
     monkeypatch.setattr(distributed, "broadcast_float", lambda x: sent.append(x) or -7.25)
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
-    assert app._exact_energy(experiment) == -7.25 and calls == []  # received, not computed
+    assert finish.exact_energy(experiment, None) == -7.25 and calls == []  # received, not computed
     monkeypatch.setattr(jax, "process_index", lambda: 0)
-    assert app._exact_energy(experiment) == -7.25 and len(calls) == 1 and sent[-1] == -7.25
+    assert finish.exact_energy(experiment, None) == -7.25 and len(calls) == 1 and sent[-1] == -7.25
 
 
 def test_broadcast_keeps_every_bit():
@@ -332,16 +332,16 @@ def test_a_stop_during_compilation_takes_no_step(tmp_path):
     import os
     import types
 
-    from runner import app
+    from runner.run import loop
     from runner.run.preemption import StopRequest
 
     dispatched = []
     settings = types.SimpleNamespace(n_iter=5, checkpoint_every=2)
-    metrics_log = app.MetricsLog(tmp_path / "metrics.jsonl", 0, started=time.perf_counter())
+    metrics_log = loop.MetricsLog(tmp_path / "metrics.jsonl", 0, started=time.perf_counter())
     with StopRequest() as stop:
         os.kill(os.getpid(), signal.SIGTERM)  # arrives while XLA compiles; seen at the first boundary
-        state, status, reason, step_times = app._optimize(dispatched.append, "initial", 0, settings, tmp_path,
-                                                          metrics_log, stop)
+        state, status, reason, step_times = loop.optimize(dispatched.append, "initial", 0, settings, tmp_path,
+                                                          metrics_log=metrics_log, stop=stop)
     assert dispatched == [] and step_times == [] and state == "initial"
     assert (status, reason) == ("preempted", "SIGTERM received before the first step")
     assert not (tmp_path / "checkpoint").exists()
@@ -361,7 +361,7 @@ def nan_run(tmp_path, caplog, overrides):
     from tests.test_config import compose_config
 
     experiment = build(compose_config(overrides))
-    with caplog.at_level("INFO", logger="runner.app"), pytest.raises(SystemExit) as exit_info:
+    with caplog.at_level("INFO", logger="runner"), pytest.raises(SystemExit) as exit_info:
         app.execute(experiment, mesh.make_mesh("single"), tmp_path)
     return exit_info.value.code, caplog.text
 
@@ -385,7 +385,7 @@ def test_health_warnings_are_in_the_summary_and_printed(tmp_path, caplog):
     # two steps from random parameters: far from the exact energy; CG allowed 2 iterations a step
     experiment = build(compose_config([*RUN, "n_iter=2", "exact=true", "preconditioner.solver=cg",
                                        "preconditioner.cg_maxiter=2"]))
-    with caplog.at_level("INFO", logger="runner.app"):
+    with caplog.at_level("INFO", logger="runner"):
         summary = app.execute(experiment, mesh.make_mesh("single"), tmp_path)
     assert summary["relative_error"] > 0.1
     names = [w["name"] for w in summary["warnings"]]
@@ -443,20 +443,20 @@ def test_new_dirs_are_the_missing_run_directory_and_parents(tmp_path):
 
 
 def test_header_shortens_long_config_values():
-    from runner.app import _describe
+    from runner.outputs.header import describe
 
     edges = [[i, i + 1] for i in range(30)]
-    assert _describe({"_target_": "runner.physics.hilbert.graph", "n_sites": 31, "edges": edges, "positions": None}) == \
+    assert describe({"_target_": "runner.physics.hilbert.graph", "n_sites": 31, "edges": edges, "positions": None}) == \
         "graph(n_sites=31, edges=[30 items])"
 
 
 def test_header_says_which_evaluation_paths_the_model_takes():
     """The run says whether the model's declared fast paths or the generic ones are used."""
     from models import MLP, RBM
-    from runner.app import _paths
+    from runner.outputs.header import paths
 
-    assert _paths(RBM(alpha=1)) == "the model's fast paths: local ratios, Metropolis cache, Jacobian products"
-    assert _paths(MLP(hidden=(4,))).startswith("generic paths")
+    assert paths(RBM(alpha=1)) == "the model's fast paths: local ratios, Metropolis cache, Jacobian products"
+    assert paths(MLP(hidden=(4,))).startswith("generic paths")
 
 
 def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, caplog):
@@ -466,18 +466,18 @@ def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, capl
 
     import numpy as np
 
-    from runner import app
+    from runner.run import loop
     from runner.run.preemption import StopRequest
 
     good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
             "acceptance": np.float32(0.5)}
     bad = {**good, "energy": np.float32(1.2e15), "energy_error": np.float32(np.inf), "variance": np.float32(np.inf)}
     steps = iter([good, good, bad, good])
-    settings = types.SimpleNamespace(n_iter=4, checkpoint_every=10, peak_restart_every=0)
-    metrics_log = app.MetricsLog(tmp_path / "metrics.jsonl", 0, started=time.perf_counter())
-    with StopRequest() as stop, caplog.at_level("INFO", logger="runner.app"):
-        state, status, reason, _ = app._optimize(lambda s: (s + 1, next(steps)), 0, 0, settings, tmp_path,
-                                                 metrics_log, stop)
+    settings = types.SimpleNamespace(n_iter=4, checkpoint_every=10)
+    metrics_log = loop.MetricsLog(tmp_path / "metrics.jsonl", 0, started=time.perf_counter())
+    with StopRequest() as stop, caplog.at_level("INFO", logger="runner"):
+        state, status, reason, _ = loop.optimize(lambda s: (s + 1, next(steps)), 0, 0, settings, tmp_path,
+                                                 metrics_log=metrics_log, stop=stop)
     assert (state, status) == (2, "failed")  # the state after the bad step is dropped
     assert reason == "energy is 1.2e+15 with variance inf, energy_error inf at step 2"
     assert "no checkpoint was written" in caplog.text
@@ -492,21 +492,21 @@ def test_a_rejected_step_with_a_non_finite_variance_does_not_stop_the_run(tmp_pa
 
     import numpy as np
 
-    from runner import app
+    from runner.run import loop
     from runner.run.preemption import StopRequest
 
     good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
             "acceptance": np.float32(0.5), "rejected": np.int32(0)}
     rejected = {**good, "energy": np.float32(-0.5), "variance": np.float32(np.inf), "rejected": np.int32(1)}
     kept = {**rejected, "rejected": np.int32(0)}
-    settings = types.SimpleNamespace(n_iter=4, checkpoint_every=10, peak_restart_every=0)
+    settings = types.SimpleNamespace(n_iter=4, checkpoint_every=10)
     for name, steps, expected in [("rejected", [good, rejected, good, good], (4, "completed")),
                                   ("kept", [good, kept, good, good], (1, "failed"))]:
-        metrics_log = app.MetricsLog(tmp_path / f"{name}.jsonl", 0, started=time.perf_counter())
+        metrics_log = loop.MetricsLog(tmp_path / f"{name}.jsonl", 0, started=time.perf_counter())
         feed = iter(steps)
-        with StopRequest() as stop, caplog.at_level("INFO", logger="runner.app"):
-            state, status, reason, _ = app._optimize(lambda s: (s + 1, next(feed)), 0, 0, settings, tmp_path,
-                                                     metrics_log, stop)
+        with StopRequest() as stop, caplog.at_level("INFO", logger="runner"):
+            state, status, reason, _ = loop.optimize(lambda s: (s + 1, next(feed)), 0, 0, settings, tmp_path,
+                                                     metrics_log=metrics_log, stop=stop)
         assert (state, status) == expected, name
         records = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
         assert records[1]["variance"] is None

@@ -145,7 +145,7 @@ WRITER = textwrap.dedent("""
     for step in range(40):
         logger.log_metrics({"step": step, "energy": -float(step), "variance": 1.0 / (1 + step)})
     (run_dir / "summary.json").write_text('{"status": "completed", "energy": -39.0}')
-    logger.close({"status": "completed", "energy": -39.0, "n_iter": 40}, run_dir)
+    logger.close({"status": "completed", "energy": -39.0, "n_iter": 40}, [run_dir / "summary.json"])
 """)
 
 

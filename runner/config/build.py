@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from models.fast_paths import check as check_fast_paths
 from runner.config import fingerprint, schedules
 from runner.core import precond
-from runner.core.sampler import FullSumSampler, MetropolisSampler, symmetry_group, training_power
+from runner.core.sampler import FullSumSampler, symmetry_group, training_power
 from runner.core.vmc import Problem, schedule_counts
 from runner.diagnostics import peaks
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
@@ -26,7 +26,7 @@ GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditi
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
 TOP_LEVEL = ("observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
              "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
-             "reject_jump", "peak_search", "peak_restart_every")
+             "reject_jump", "peak_search")
 DTYPES = {
     "float64": (jnp.float64, True),
     "float32": (jnp.float32, False),
@@ -53,7 +53,6 @@ class Settings:
     chunk_size: int | None
     final_rounds: int
     peak_search: int  # uniformly drawn starts of the final search for unsampled peaks (runner.diagnostics.peaks); 0: off
-    peak_restart_every: int  # K: every K steps one chain restarts where a search finds the largest |psi|; 0: off
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
     init_from: Any = None  # runner.run.warm_start.Source of a warm start (init_from), or None
@@ -151,9 +150,7 @@ def read_settings(config: dict) -> Settings:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
     peak_search = require_int("peak_search", config.get("peak_search", peaks.DEFAULT_STARTS), minimum=0)
-    peak_restart_every = require_int("peak_restart_every", config.get("peak_restart_every", 0), minimum=0)
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
-                    peak_restart_every,
                     fingerprint.of(fingerprint.fingerprinted(config, None)), None)
 
 
@@ -305,9 +302,6 @@ def build(config: dict) -> Experiment:
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
                       None if clip is None else float(clip), None if reject is None else float(reject))
     observed = _observables(config.get("observables"), hilbert, hamiltonian)
-    if settings.peak_restart_every and not isinstance(sampler, MetropolisSampler):
-        raise ConfigError("peak_restart_every", "must be 0 without Markov chains (sampler=exact and full_sum have "
-                                                "none to restart)")
     if isinstance(sampler, FullSumSampler):
         _check_full_sum(config, problem)
     if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):

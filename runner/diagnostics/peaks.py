@@ -188,13 +188,3 @@ def check_estimate(problem, params, metrics: dict, sigma_CxN, n_starts: int, see
         return None
     return check(problem, params, metrics["log_abs_max"], sigma_CxN, n_starts, seed)
 
-
-def restart_target(log_abs, hilbert: Hilbert, sigma_CxN, n_starts: int, seed: int, step: int):
-    """Where a chain restarts during training (`peak_restart_every`): the configuration of largest
-    |psi| the search finds from the chains' configurations and `n_starts` uniform ones (drawn
-    from the seed and the step), and 2 (its log|psi| - the largest of the chains'), the log of
-    their |psi|^2 ratio."""
-    chains_max = float(np.max(log_abs(sigma_CxN)))
-    x_KxN, value_K, _ = search(log_abs, hilbert, sigma_CxN, n_starts, seed, salt=step)
-    k = int(np.argmax(value_K))
-    return x_KxN[k], 2.0 * (float(value_K[k]) - chains_max)

@@ -23,7 +23,6 @@ MLFLOW_DB = "mlflow.db"  # SWEEP_DIR/mlflow.db in a multirun, RUN_DIR/mlflow.db 
 MLFLOW_ARTIFACTS = "mlartifacts"  # beside the store: copies of summary.json and the plots, per run
 MLFLOW_RUN_ID = ".mlflow_run_id"  # in RUN_DIR: a resumed run goes on logging to the same MLflow run
 TRACKING_DIRS = (TENSORBOARD_DIR, MLFLOW_ARTIFACTS)  # folders that hold no run of their own
-ARTIFACTS = ("summary.json", "energy.png", "observables.png", "correlations.json")
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a parameter value (a graph's edge list can exceed it)
 LOCK_RETRY_SECONDS = 300.0  # give up on a store locked this long
 
@@ -95,7 +94,7 @@ class TensorBoardLogger:
         for key, value in numbers(record).items():
             self.writer.add_scalar(key, value, record["step"])
 
-    def close(self, summary: dict, run_dir: Path):
+    def close(self, summary: dict, artifacts: list[Path]):
         step = summary.get("n_iter") or 0
         for key, value in numbers(summary).items():
             self.writer.add_scalar(f"final/{key}", value, step)
@@ -188,7 +187,8 @@ class MLflowLogger:
             self._write(self.client.log_batch, self.run_id, metrics=self.pending[i:i + 1000])
         self.pending, self.flushed_at = [], time.monotonic()
 
-    def close(self, summary: dict, run_dir: Path):
+    def close(self, summary: dict, artifacts: list[Path]):
+        """Logs the summary's numbers, copies of the `artifacts` that exist, and the run's end."""
         from mlflow.entities import Metric
 
         self.flush()
@@ -196,9 +196,9 @@ class MLflowLogger:
         final = [Metric(f"final/{k}", v, now, step) for k, v in numbers(summary).items()]
         self._write(self.client.log_batch, self.run_id, metrics=final,
                     tags=[_tag("status", summary.get("status")), _tag("reason", summary.get("reason"))])
-        for name in ARTIFACTS:
-            if (run_dir / name).is_file():
-                self._write(self.client.log_artifact, self.run_id, str(run_dir / name))
+        for path in artifacts:
+            if path.is_file():
+                self._write(self.client.log_artifact, self.run_id, str(path))
         status = {"completed": "FINISHED", "failed": "FAILED"}.get(summary.get("status"), "KILLED")
         self._write(self.client.set_terminated, self.run_id, status)
 
@@ -215,8 +215,9 @@ class Tracking:
     while logging is reported once and dropped, never stopping the run."""
 
     def __init__(self, chosen: dict[str, dict], params: dict, run_dir: Path, store_dir: Path,
-                 experiment: str, run_name: str):
+                 experiment: str, run_name: str, *, artifacts=()):
         self.chosen, self.params, self.run_dir = chosen, params, run_dir
+        self.artifacts = [run_dir / name for name in artifacts]  # copied to MLflow when the run closes
         self.store_dir, self.experiment, self.run_name = store_dir, experiment, run_name
         self.active = {}
 
@@ -251,12 +252,13 @@ class Tracking:
 
     def close(self, summary: dict):
         for name in list(self.active):
-            self._call(name, "close", summary, self.run_dir)
+            self._call(name, "close", summary, self.artifacts)
         self.active = {}
 
 
-def setup(config: dict, run_dir: Path, sweep_dir: Path | None) -> Tracking:
+def setup(config: dict, run_dir: Path, sweep_dir: Path | None, *, artifacts=()) -> Tracking:
     """The run's trackers, checked (a missing library is a config error) but not yet opened.
+    `artifacts`: the names of RUN_DIR's files MLflow keeps a copy of.
 
     The MLflow store is SWEEP_DIR/mlflow.db in a multirun (experiment: the sweep directory, one
     MLflow run per job) and RUN_DIR/mlflow.db for a single run (experiment: the run directory);
@@ -267,4 +269,5 @@ def setup(config: dict, run_dir: Path, sweep_dir: Path | None) -> Tracking:
     with contextlib.suppress(ValueError):
         store_dir = store_dir.resolve().relative_to(Path.cwd())
     run_name = run_dir.name if sweep_dir is not None else str(store_dir)
-    return Tracking(chosen, params_of(config) if chosen else {}, run_dir, store_dir, str(store_dir), run_name)
+    return Tracking(chosen, params_of(config) if chosen else {}, run_dir, store_dir, str(store_dir), run_name,
+                    artifacts=artifacts)

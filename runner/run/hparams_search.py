@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from runner.errors import ConfigError
+from runner.run.rundir import SUMMARY
 
 log = logging.getLogger(__name__)
 
@@ -13,7 +14,6 @@ METRICS = ("energy", "v_score", "variance", "relative_error")  # summary.json fi
 # A failed, diverged or preempted trial's value: finite (Optuna's samplers rank trials by value)
 # and worse than any real one, so the search learns to avoid its region instead of stopping.
 PENALTY = 1e10
-SUMMARY = "summary.json"
 
 
 def check(config: dict) -> str:

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import fingerprint
+from runner.config.build import build
 from runner.errors import ConfigError
-from runner.run import checkpoint
+from runner.run import checkpoint, rundir
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +43,22 @@ def read_config(run_dir) -> dict:
     """
     from omegaconf import OmegaConf
 
-    path = Path(run_dir) / ".hydra" / "config.yaml"
+    path = Path(run_dir) / rundir.CONFIG
     if not path.is_file():
-        raise ConfigError("run directory", f"{run_dir} holds no .hydra/config.yaml (not a run directory)")
-    return fingerprint.without_retired(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+        raise ConfigError("run directory", f"{run_dir} holds no {rundir.CONFIG} (not a run directory)")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 def read_overrides(run_dir) -> list[str]:
     """The command-line overrides a run was composed with (RUN_DIR/.hydra/overrides.yaml)."""
     import yaml
 
-    path = Path(run_dir) / ".hydra" / "overrides.yaml"
+    path = Path(run_dir) / rundir.OVERRIDES
     return [str(o) for o in (yaml.safe_load(path.read_text()) or [])] if path.is_file() else []
 
 def stored_fingerprint(run_dir) -> dict:
     """The config fingerprint record ({"hash", "config"}) of a run's checkpoint; for a
     checkpoint written before fingerprints, the one of its .hydra/config.yaml."""
-    record = checkpoint.read_meta(Path(run_dir) / "checkpoint").get("config_fingerprint")
+    record = checkpoint.read_meta(Path(run_dir) / rundir.CHECKPOINT).get("config_fingerprint")
     if isinstance(record, dict) and isinstance(record.get("config"), dict):
         return record
     return fingerprint.record(fingerprint.of(fingerprint.fingerprinted(read_config(run_dir), None)))
@@ -73,10 +74,11 @@ def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: st
 
 def experiment_of(config: dict):
     """The experiment of a run's config, without its warm start (its parameters are in its own
-    checkpoint). Touches no device."""
-    from runner.config.build import build
-
-    return build({**config, "init_from": None, "init_chains": False})
+    checkpoint) and without the keys the runner no longer has where they hold the value that
+    behaved as today's code does (`fingerprint.RETIRED`; any other value is refused). Touches no
+    device."""
+    kept = {k: v for k, v in config.items() if not (k in fingerprint.RETIRED and v == fingerprint.RETIRED[k])}
+    return build({**kept, "init_from": None, "init_chains": False})
 
 def state_like(experiment):
     """Shapes and dtypes of the experiment's VMCState (`jax.ShapeDtypeStruct` leaves), under the
@@ -102,12 +104,12 @@ def load(run_dir, experiment=None) -> Trained:
         ConfigError: no checkpoint, or one that does not fit the run's config.
     """
     run_dir = Path(run_dir)
-    if not checkpoint.exists(run_dir / "checkpoint"):
+    if not checkpoint.exists(run_dir / rundir.CHECKPOINT):
         raise ConfigError("run directory", f"{run_dir} holds no checkpoint")
     config = read_config(run_dir)
     experiment = experiment_of(config) if experiment is None else experiment
     try:
-        state, meta = checkpoint.load(run_dir / "checkpoint", state_like(experiment))
+        state, meta = checkpoint.load(run_dir / rundir.CHECKPOINT, state_like(experiment))
     except ValueError as err:
         raise ConfigError("run directory", f"{run_dir} holds a checkpoint that does not fit its config ({err})") from None
     return Trained(run_dir, config, experiment, state, meta)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from runner.config import fingerprint
 from runner.errors import ConfigError, require_bool
-from runner.run import checkpoint
+from runner.run import checkpoint, rundir
 from runner.run.load import load, refuse_difference, stored_fingerprint
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def job_dir(sweep_dir, num: int) -> Path | None:
     job's .hydra/hydra.yaml (whatever `hydra.sweep.subdir` names it), or None."""
     import yaml
 
-    paths = sorted(Path(sweep_dir).rglob(".hydra/hydra.yaml"))
+    paths = sorted(Path(sweep_dir).rglob(rundir.HYDRA_CONFIG))
     # the default subdir starts with the job number: look there first
     paths.sort(key=lambda p: not (p.parent.parent.name == str(num) or p.parent.parent.name.startswith(f"{num}_")))
     for path in paths:
@@ -69,9 +69,9 @@ def _previous_run(sweep_job) -> Path | None:
     sweep_dir, num = sweep_job
     found = job_dir(sweep_dir, num - 1)
     status = None
-    if found is not None and (found / "summary.json").is_file():
+    if found is not None and (found / rundir.SUMMARY).is_file():
         try:
-            status = json.loads((found / "summary.json").read_text()).get("status")
+            status = json.loads((found / rundir.SUMMARY).read_text()).get("status")
         except ValueError:
             status = None
     if status != "completed":
@@ -116,9 +116,9 @@ def source(config: dict, sweep_job=None) -> Source | None:
     else:
         run_dir = Path(value).expanduser()
     run_dir = run_dir.resolve()
-    if not checkpoint.exists(run_dir / "checkpoint"):
-        raise ConfigError("init_from", f"is {value}, which holds no checkpoint ({run_dir / 'checkpoint'})")
-    meta = checkpoint.read_meta(run_dir / "checkpoint")
+    if not checkpoint.exists(run_dir / rundir.CHECKPOINT):
+        raise ConfigError("init_from", f"is {value}, which holds no checkpoint ({run_dir / rundir.CHECKPOINT})")
+    meta = checkpoint.read_meta(run_dir / rundir.CHECKPOINT)
     record = stored_fingerprint(run_dir)
     current = fingerprint.of(config)
     where = f"the run init_from={run_dir} (step {meta['step']})"

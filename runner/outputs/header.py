@@ -1,0 +1,71 @@
+"""The start-up header: what a run is about to do, logged before any heavy work."""
+
+import logging
+
+import jax
+import jax.numpy as jnp
+
+from models.fast_paths import resolve
+from runner.core.sampler import FullSumSampler
+from runner.parallel import distributed
+
+log = logging.getLogger(__name__)
+
+
+def describe(group: dict) -> str:
+    """`chain(L=8, pbc=True)` from a config group: the constructor and its keys."""
+    group = dict(group)
+    name = str(group.pop("_target_", group.pop("name", "?"))).rpartition(".")[2]
+
+    def short(value):  # a graph's edge list or a Pauli sum's terms: their length only
+        return f"[{len(value)} items]" if isinstance(value, (list, dict)) and len(str(value)) > 60 else value
+
+    return f"{name}(" + ", ".join(f"{k}={short(v)}" for k, v in group.items() if v is not None) + ")"
+
+
+def paths(model) -> str:
+    """Which evaluation paths the run takes: the model's declared fast paths, or the generic ones."""
+    fast = resolve(model)
+    names = [name for name, on in (("local ratios", fast and fast.ratio),
+                                   ("Metropolis cache", fast and fast.amplitude),
+                                   ("Jacobian products", fast and fast.jacobian_products)) if on]
+    if not names:
+        return "generic paths (full evaluations of log psi, autodiff Jacobian products)"
+    return "the model's fast paths: " + ", ".join(names)
+
+
+def _sample_count(sampler) -> str:
+    if isinstance(sampler, FullSumSampler):
+        orbits = "" if sampler.symmetry == "none" else f" ({sampler.symmetry} orbits of {sampler.hilbert.n_states})"
+        return (f"exact sum over {sampler.n_configurations} configurations{orbits} "
+                f"on {sampler.n_chains} rows of {sampler.samples_per_chain}")
+    return f"{sampler.n_samples} samples over {sampler.n_chains} chains"
+
+
+def log_header(experiment, layout, config: dict):
+    """Logs what is about to run: lattice, Hamiltonian, model (its parameter count and evaluation
+    paths), sampler, optimizer, dtype, layout and steps.
+
+    Args:
+        experiment: the run's `runner.config.build.Experiment`.
+        layout: its `runner.parallel.mesh.Layout`.
+        config: the plain config it was built from (each group described by its keys).
+    """
+    hilbert, settings = experiment.hilbert, experiment.settings
+    sigma_N = jax.ShapeDtypeStruct((hilbert.n_sites,), jnp.int8)
+    params = jax.eval_shape(experiment.problem.model.init, jax.random.PRNGKey(0), sigma_N)["params"]
+    n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
+    sampler = experiment.problem.sampler
+    lines = [
+        (f"lattice: {describe(config['hilbert'])}: {hilbert.n_sites} sites, {len(hilbert.bonds)} bonds, "
+         f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states"),
+        f"hamiltonian: {describe(config['hamiltonian'])}",
+        f"model: {describe(config['model'])}: {n_params} parameters; {paths(experiment.problem.model)}",
+        f"sampler: {describe(config['sampler'])}: {_sample_count(sampler)}",
+        f"optimizer: {describe(config['optimizer'])}; preconditioner: {describe(config['preconditioner'])}",
+        (f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "
+         f"{distributed.process_count()} process(es), {layout.n_devices} device(s) ({jax.devices()[0].platform})"),
+        f"steps: {settings.n_iter}, checkpoint every {settings.checkpoint_every}, seed {settings.seed}",
+    ]
+    for line in lines:
+        log.info(line)

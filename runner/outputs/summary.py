@@ -1,0 +1,152 @@
+"""A run's summary (summary.json's fields) and the console report of it."""
+
+import dataclasses
+import logging
+import math
+import statistics
+
+from runner.config import fingerprint
+from runner.core.sampler import ExactSampler, FullSumSampler
+from runner.core.vmc import final_burn_in
+from runner.diagnostics import health
+from runner.parallel import distributed
+
+log = logging.getLogger(__name__)
+
+WARMUP_STEPS = 2  # excluded from seconds_per_iter
+
+
+def finite(x) -> float | None:
+    """`x` as a float, None where it is not finite (JSON has no NaN or infinity)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def v_score(n_sites: int, energy, variance) -> float | None:
+    """N Var(E_loc) / E^2, None without an energy or a variance."""
+    return n_sites * variance / energy**2 if energy and variance is not None else None
+
+
+def relative_error(energy, exact_energy) -> float | None:
+    """|E - E_exact| / |E_exact|, None without both."""
+    return abs(energy - exact_energy) / abs(exact_energy) if energy is not None and exact_energy else None
+
+
+def estimate_fields(n_sites: int, final: dict, exact_energy: float | None) -> dict:
+    """A final estimate's fields in a summary (and in runner.evaluate's result).
+
+    Args:
+        n_sites: the lattice's sites (for the V-score).
+        final: the estimate's metrics (`runner.run.finish.final_estimate`); empty for none.
+        exact_energy: the exact ground energy, or None.
+    """
+    energy, variance = final.get("energy"), final.get("variance")
+    return {
+        "energy": energy,
+        "energy_error": final.get("energy_error"),
+        "variance": variance,
+        "v_score": v_score(n_sites, energy, variance),
+        "r_hat": final.get("r_hat"),
+        "tau_corr": final.get("tau_corr"),
+        "acceptance": final.get("acceptance"),
+        "exact_energy": exact_energy,
+        "relative_error": relative_error(energy, exact_energy),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Timings:
+    """How long a run took, in seconds (None for what it did not get to)."""
+
+    seconds_per_iter: float | None  # the median step, the first `WARMUP_STEPS` left out
+    compile_seconds: float | None
+    first_step_seconds: float | None
+    wall_seconds: float
+
+    @classmethod
+    def of(cls, step_times: list, compile_seconds: float | None, wall_seconds: float) -> "Timings":
+        timed = step_times[WARMUP_STEPS:] or step_times
+        return cls(statistics.median(timed) if timed else None, compile_seconds,
+                   step_times[0] if step_times else None, wall_seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a run ended with, for its summary."""
+
+    status: str  # completed, failed, preempted or interrupted
+    reason: str | None  # why it did not complete
+    final: dict  # the final estimate's metrics; empty unless completed
+    exact_energy: float | None
+    n_params: int
+    timings: Timings
+    peak_check: dict | None = None  # runner.diagnostics.peaks.check_estimate's
+    observed: dict | None = None  # with observables: their summary fields
+
+
+def _cg_maxiter(problem) -> int | None:
+    """The SR solver's CG iteration limit (None without CG): the health check's reference."""
+    update = problem.precondition.update
+    keywords = getattr(update, "keywords", {})  # sr() binds its settings with functools.partial
+    return keywords.get("maxiter") if keywords.get("solver") in ("cg", "auto") else None
+
+
+def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict:
+    """summary.json's fields: the final estimate, the run's shape and timings, its fingerprint and
+    (for a completed run) its health warnings.
+
+    Args:
+        experiment: the run's `runner.config.build.Experiment`.
+        layout: its `runner.parallel.mesh.Layout`.
+        outcome: how the run ended.
+        records: metrics.jsonl's records, one per step done.
+    """
+    problem, settings = experiment.problem, experiment.settings
+    completed = outcome.status == "completed"
+    out = {
+        "status": outcome.status,
+        **estimate_fields(experiment.hilbert.n_sites, outcome.final, outcome.exact_energy),
+        "n_iter": settings.n_iter,
+        "steps_done": len(records),
+        "n_params": int(outcome.n_params),
+        "n_sites": experiment.hilbert.n_sites,
+        "n_samples": problem.sampler.n_samples,
+        "n_chains": problem.sampler.n_chains,
+        "dtype": experiment.dtype_name,
+        "seed": settings.seed,
+        "backend": experiment.parallel["backend"],
+        "processes": distributed.process_count(),
+        "devices": layout.n_devices,
+        **dataclasses.asdict(outcome.timings),
+        "reason": outcome.reason,
+        "peak_check": outcome.peak_check,
+        "final_burn_in": final_burn_in(problem.sampler) if completed else None,
+        **(outcome.observed or {}),
+    }
+    fingerprint.stamp(out, settings.fingerprint)
+    # judged on completed runs only: a stopped run has no final estimate to judge
+    out["warnings"] = health.check(out, records,
+                                   metropolis=not isinstance(problem.sampler, (ExactSampler, FullSumSampler)),
+                                   cg_maxiter=_cg_maxiter(problem)) if completed else []
+    return out
+
+
+def report(summary: dict):
+    """The summary on the console (the log): energy, exact energy, timings, reason, warnings."""
+    lines = [f"status: {summary['status']}"]
+    if summary["energy"] is not None:
+        lines.append(f"energy: {summary['energy']:.10f} ± {summary['energy_error']:.2e}  "
+                     f"(V-score {summary['v_score']:.2e})")
+    if summary["exact_energy"] is not None:
+        lines.append(f"exact:  {summary['exact_energy']:.10f}")
+    if summary["relative_error"] is not None:
+        lines.append(f"relative error: {summary['relative_error']:.2e}")
+    if summary["seconds_per_iter"] is not None:
+        lines.append(f"time per iteration: {1e3 * summary['seconds_per_iter']:.2f} ms; "
+                     f"compile {summary['compile_seconds']:.2f} s; wall {summary['wall_seconds']:.1f} s")
+    for line in lines:
+        log.info(line)
+    if summary.get("reason"):
+        log.warning("%s: %s", summary["status"], summary["reason"])
+    for warning in summary.get("warnings", []):
+        log.warning("health warning [%s]: %s", warning["name"], warning["message"])

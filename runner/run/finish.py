@@ -1,0 +1,128 @@
+"""What a run does besides training: the exact energy (shared through a sweep's cache), the final
+estimate (also `runner.evaluate`'s), the peak check, and the files it leaves."""
+
+import functools
+import json
+import logging
+import time
+from pathlib import Path
+
+import jax
+
+from runner.core import observe
+from runner.core.vmc import burn_in, estimate, final_burn_in
+from runner.diagnostics import peaks
+from runner.outputs.plot import plot_energy
+from runner.outputs.summary import finite
+from runner.parallel import distributed, mesh
+from runner.physics import observables
+from runner.physics.exact import ground_energy, wants_exact
+from runner.run import rundir, sweep_cache
+from runner.run.loop import Training, save_checkpoint
+
+log = logging.getLogger(__name__)
+
+EXACT_KEYS = ("hilbert.", "hamiltonian.")  # the config the exact ground energy depends on
+
+
+def exact_energy(experiment, sweep_dir: Path | None) -> float | None:
+    """The exact ground energy when the `exact` knob asks for it, else None.
+
+    Computed on process 0 only and broadcast to the others. In a sweep (`sweep_dir`), process 0
+    first looks in SWEEP_DIR/.exact_cache for the energy of the same lattice and Hamiltonian
+    (computed by an earlier point) and stores what it computes there.
+    """
+    settings = experiment.settings
+    if not wants_exact(settings.exact, experiment.hilbert):
+        return None
+    energy = 0.0
+    if distributed.is_main():
+        key = {k: v for k, v in settings.fingerprint.items() if k.startswith(EXACT_KEYS)}
+        cache = sweep_dir / rundir.EXACT_CACHE if sweep_dir is not None else None
+        cached = sweep_cache.read(cache, key) if cache is not None else None
+        if isinstance(cached, (int, float)):
+            energy = float(cached)
+            log.info("exact ground energy %.10f (from the sweep cache %s)", energy, sweep_cache.path(cache, key))
+        else:
+            t = time.perf_counter()
+            energy = ground_energy(experiment.hamiltonian, experiment.hilbert)
+            log.info("exact ground energy %.10f (computed in %.1f s)", energy, time.perf_counter() - t)
+            if cache is not None:
+                sweep_cache.write(cache, key, energy)
+    if distributed.process_count() > 1:
+        energy = distributed.broadcast_float(energy)
+    return energy
+
+
+def final_estimate(experiment, state, shardings, layout, sweeps: int):
+    """THE final estimate: the energy (and the observables, from the same fresh samples) at
+    `state`'s parameters, after `sweeps` sweeps of burn-in (`runner.core.vmc.burn_in`).
+
+    Args:
+        experiment: the run's `runner.config.build.Experiment` (its `final_rounds` rounds of
+            `sampler.n_samples`).
+        state: the VMC state, placed by `shardings` on `layout`.
+        sweeps: a run's own `runner.core.vmc.final_burn_in`, or an evaluation's choice.
+
+    Returns:
+        (energy metrics, non-finite values None; with observables (summary fields,
+        correlations.json), else None).
+    """
+    problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
+    if obs is None:
+        fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
+    else:  # the energy and the observables from the same samples
+        fn = functools.partial(observe.estimate, problem, obs, n_rounds=settings.final_rounds)
+    est = jax.jit(lambda s: fn(burn_in(problem, s, sweeps)),
+                  in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
+    out = mesh.to_host(est(state)[1])
+    if obs is None:
+        return {k: finite(v) for k, v in out.items()}, None
+    energy, measured = out
+    n_per_chain = settings.final_rounds * problem.sampler.n_samples // problem.sampler.n_chains
+    return {k: finite(v) for k, v in energy.items()}, observables.results(obs, measured, n_per_chain)
+
+
+def peak_check(problem, settings, state, final: dict) -> dict | None:
+    """`runner.diagnostics.peaks.check` at the final parameters, from the chains' last configurations and
+    `peak_search` uniform ones; None after a full sum (no sample to miss anything) or with
+    peak_search=0. Every process runs the same search on its own default device."""
+    if final.get("log_abs_max") is None or settings.peak_search == 0:  # before the collective below
+        return None
+    params, sigma_CxN = mesh.to_host((state.params, state.chains.sigma_CxN))  # a collective
+    result = peaks.check_estimate(problem, params, final, sigma_CxN, settings.peak_search, settings.seed)
+    log.info("peak search (%s): largest |psi|^2 found e^%.1f times the samples' largest", result["method"],
+             result["log_ratio"])
+    return result
+
+
+def conclude(experiment, layout, training: Training, shardings, run_dir: Path):
+    """After a completed training: the last checkpoint, the final estimate and the peak check.
+
+    Returns:
+        (final energy metrics, with observables (summary fields, correlations.json) or None,
+        peak check); ({}, None, None) for a run that did not complete.
+    """
+    if training.status != "completed":
+        return {}, None, None
+    problem, settings, state = experiment.problem, experiment.settings, training.state
+    save_checkpoint(run_dir, state, settings, settings.n_iter)
+    final, observed = final_estimate(experiment, state, shardings, layout, final_burn_in(problem.sampler))
+    for name, value in (observed[0]["observables"] if observed else {}).items():
+        if value["mean"] is not None:
+            log.info("%s: %.8f ± %.2e", name, value["mean"], float("nan") if value["error"] is None else value["error"])
+    return final, observed, peak_check(problem, settings, state, final)
+
+
+def write(run_dir: Path, summary: dict, records: list[dict], exact: float | None, correlations: dict | None,
+          tracking=None):
+    """Process 0 writes summary.json, energy.png and (with observables) correlations.json, then
+    closes the trackers (`runner.outputs.loggers.Tracking`, after the plots: they are artifacts)."""
+    if not distributed.is_main():
+        return
+    (run_dir / rundir.SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    plot_energy(records, exact, run_dir / rundir.ENERGY_PLOT)
+    if correlations is not None:
+        (run_dir / rundir.CORRELATIONS).write_text(json.dumps(correlations) + "\n")
+    if tracking is not None:
+        tracking.close(summary)

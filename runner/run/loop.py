@@ -1,0 +1,209 @@
+"""The training loop: the compiled step from a start to n_iter, every step's metrics in
+metrics.jsonl, checkpoints on the way, and what stops it early."""
+
+import functools
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+from tqdm import tqdm
+
+from runner.config import fingerprint
+from runner.core import observe
+from runner.core.vmc import vmc_step
+from runner.outputs.summary import finite
+from runner.parallel import distributed, mesh
+from runner.physics import observables
+from runner.run import checkpoint, rundir
+from runner.run.preemption import StopRequest
+
+log = logging.getLogger(__name__)
+
+# a step whose energy, or its variance or error bar, is not finite (None in its record) stops the run:
+# a finite mean of local energies whose variance overflowed is no energy either
+GUARDED = ("energy", "variance", "energy_error")
+
+
+class MetricsLog:
+    """metrics.jsonl, one JSON object per step; truncated to a checkpoint on resume."""
+
+    def __init__(self, path: Path, resume_step: int, started: float):
+        self.path = path
+        self.started = started
+        kept = []
+        if resume_step and path.exists() and distributed.is_main():
+            for line in path.read_text().splitlines():
+                if line.strip() and json.loads(line)["step"] < resume_step:
+                    kept.append(line)
+        if distributed.is_main():
+            path.write_text("".join(line + "\n" for line in kept))
+        self.records = [json.loads(line) for line in kept]
+        self.tracking = None  # loggers.Tracking: every record also goes to the chosen trackers
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def append(self, record: dict):
+        self.records.append(record)
+        if distributed.is_main():
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            if self.tracking is not None:
+                self.tracking.log_metrics(record)
+
+
+class Training(NamedTuple):
+    """How training ended: the state of its last good step and why it stopped."""
+
+    state: object
+    status: str  # completed, failed, preempted or interrupted
+    reason: str | None  # why it did not complete
+    step_times: list  # seconds of each step taken
+    compile_seconds: float | None  # None when stopped before compiling
+
+
+def save_checkpoint(run_dir: Path, state, settings, step: int):
+    """Checkpoints `state` after `step` steps (a collective: every process takes part; process 0 writes)."""
+    host_state = mesh.to_host(state)
+    if distributed.is_main():
+        meta = {"step": step, "seed": settings.seed, "config_fingerprint": fingerprint.record(settings.fingerprint)}
+        checkpoint.save(run_dir / rundir.CHECKPOINT, host_state, meta)
+
+
+def restore(run_dir: Path, state, shardings):
+    """(state, meta) of run_dir's checkpoint, placed like `state` (ValueError: it does not fit)."""
+    loaded, meta = checkpoint.load(run_dir / rundir.CHECKPOINT, state)
+    return mesh.from_host(loaded, shardings), meta
+
+
+def stopped_before_first_step(stop: StopRequest) -> tuple[str, str]:
+    """Status and reason of a run stopped before its first step: no new checkpoint (the one
+    that exists, if any, is still this run's latest state)."""
+    reason = f"{stop.describe()} received before the first step"
+    log.warning("%s; stopping", reason)
+    return stop.status, reason
+
+
+def compile_step(experiment, state, shardings, layout):
+    """The VMC step (and the observables it measures), compiled for `state` laid out by `shardings`."""
+    problem = experiment.problem
+    # Under the mesh, dense SR gathers Obar onto every device and forms the Gram matrix in one
+    # product (runner/core/precond.py): bitwise equal on every layout, and as fast as the
+    # layout-dependent product.
+    with mesh.activate(layout):
+        step = functools.partial(vmc_step, problem, observe=observe.step_observer(experiment.observables, problem))
+        return jax.jit(step, in_shardings=(shardings,), out_shardings=(shardings, layout.replicated)) \
+            .lower(state).compile()
+
+
+def train(experiment, layout, state, shardings, start: int, *, run_dir: Path, metrics_log: MetricsLog,
+          stop: StopRequest) -> Training:
+    """Compiles the step and runs `optimize` from `start` (nothing when `stop` came during the set-up)."""
+    if stop.requested():  # during the set-up: nothing to compile
+        return Training(state, *stopped_before_first_step(stop), [], None)
+    t = time.perf_counter()
+    step_fn = compile_step(experiment, state, shardings, layout)
+    compile_seconds = time.perf_counter() - t
+    state, status, reason, step_times = optimize(step_fn, state, start, experiment.settings, run_dir,
+                                                 metrics_log=metrics_log, stop=stop)
+    return Training(state, status, reason, step_times, compile_seconds)
+
+
+def _unusable(record) -> list:
+    """The `GUARDED` keys of a metrics record that `finite` made None."""
+    return [k for k in GUARDED if k in record and record[k] is None]
+
+
+def _non_finite_reason(metrics, unusable, step) -> str:
+    """Why a step's estimate is unusable, from its raw `metrics` and `_unusable` keys."""
+    if "energy" in unusable:
+        return f"energy is {float(metrics['energy'])} at step {step}"
+    spread = ", ".join(f"{k} {float(metrics[k])}" for k in unusable)
+    return f"energy is {float(metrics['energy']):.6g} with {spread} at step {step}"
+
+
+def _record(step: int, metrics: dict, wall_time: float) -> dict:
+    """A step's metrics.jsonl record: non-finite values as None, obs/ fields only at the steps that measured."""
+    record = {"step": step, **{k: finite(v) for k, v in metrics.items()}}
+    record["wall_time"] = wall_time
+    return observables.keep_measured(record)
+
+
+def _progress(n_iter: int, start: int):
+    """A progress bar on a terminal (tqdm disables itself otherwise)."""
+    return tqdm(total=n_iter, initial=start, disable=None, file=sys.stderr, dynamic_ncols=True)
+
+
+def _show(bar, record: dict, reason: str | None, step: int, log_every: int):
+    """A kept step on the progress bar and, every `log_every` steps, in the log; `reason`: why its
+    estimate is unusable (reject_jump rejected it)."""
+    bar.update(1)
+    if reason is not None:
+        log.warning("%s; rejected (reject_jump): the next step measures the kept parameters again", reason)
+        return
+    bar.set_postfix_str(f"E={record['energy']:.6f}±{record['energy_error']:.1e} acc={record['acceptance']:.2f}")
+    if (step + 1) % log_every == 0:
+        log.info("step %d  E = %.8f ± %.2e  var %.3e  acc %.2f", step + 1, record["energy"],
+                 record["energy_error"], record["variance"], record["acceptance"])
+
+
+def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log: MetricsLog, stop: StopRequest):
+    """Steps from `start` to `n_iter`, logging metrics and checkpointing.
+
+    Stops early on a non-finite energy, variance or error ("failed", the state of the last step is dropped;
+    not on a step that `reject_jump` rejected, whose parameters are dropped anyway)
+    or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
+    the current step).
+
+    Returns:
+        (state, status, reason, step_times); `reason` says why a run did not complete (None if it did).
+    """
+    status, reason, step_times = "completed", None, []
+    last_good = start if start > 0 else None  # the newest checkpoint this run can fall back on
+    bar = _progress(settings.n_iter, start)
+    log_every = max(1, settings.n_iter // 10)
+    # Metrics are read one step late: step k+1 is dispatched before step k's metrics are
+    # fetched, so the device never waits for logging. (No buffer donation: the state of
+    # step k stays valid for a checkpoint while step k+1 runs.)
+    if start < settings.n_iter and stop.requested():  # during compilation
+        bar.close()
+        return (state, *stopped_before_first_step(stop), step_times)
+    pending = step_fn(state) if start < settings.n_iter else None
+    t = time.perf_counter()
+    for step in range(start, settings.n_iter):
+        new_state, metrics = pending
+        if step + 1 < settings.n_iter:
+            pending = step_fn(new_state)
+        metrics = mesh.to_host(metrics)
+        now = time.perf_counter()
+        step_times.append(now - t)
+        t = now
+        record = _record(step, metrics, metrics_log.elapsed())
+        unusable = _unusable(record)
+        metrics_log.append(record)
+        # reject_jump undid a step whose estimate is unusable: the next step measures the kept state
+        if unusable and not record.get("rejected"):
+            status, reason = "failed", _non_finite_reason(metrics, unusable, step)
+            kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
+                    else "no checkpoint was written (the run starts over when run again)")
+            log.error("%s; stopping, %s", reason, kept)
+            break
+        state = new_state
+        _show(bar, record, _non_finite_reason(metrics, unusable, step) if unusable else None, step, log_every)
+        if step + 1 == settings.n_iter:
+            break
+        if stop.requested():
+            status = stop.status
+            reason = f"{stop.describe()} received; stopped at step {step + 1} after saving a checkpoint"
+            log.warning("%s received: saving a checkpoint at step %d", stop.describe(), step + 1)
+            save_checkpoint(run_dir, state, settings, step + 1)
+            break
+        if (step + 1) % settings.checkpoint_every == 0:
+            save_checkpoint(run_dir, state, settings, step + 1)
+            last_good = step + 1
+    bar.close()
+    return state, status, reason, step_times

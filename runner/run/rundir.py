@@ -1,0 +1,107 @@
+"""A run directory: the name of everything a run keeps there, and whether a run skips, resumes or
+is refused there.
+
+    RUN_DIR/.hydra/            Hydra's record of the composition (`CONFIG`, `OVERRIDES`, `HYDRA_CONFIG`)
+    RUN_DIR/<job name>.log     Hydra's job log, shared by every rank
+    RUN_DIR/metrics.jsonl      one JSON object per step
+    RUN_DIR/summary.json       the result, or why there is none (a failed or stopped run's reason)
+    RUN_DIR/correlations.json  with observables
+    RUN_DIR/energy.png
+    RUN_DIR/checkpoint/        `runner.run.checkpoint.FILENAME`
+    RUN_DIR/evaluation.json    `runner.evaluate`'s result
+    SWEEP_DIR/.exact_cache/    exact energies shared by a sweep's points (`runner.run.sweep_cache`)
+
+The trackers' files (tensorboard/, mlflow.db, .mlflow_run_id) are named by `runner.outputs.loggers`.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+from runner.config import fingerprint
+from runner.run import checkpoint
+
+HYDRA = ".hydra"
+CONFIG = f"{HYDRA}/config.yaml"  # the resolved config the run was composed with
+OVERRIDES = f"{HYDRA}/overrides.yaml"  # the command line's overrides
+HYDRA_CONFIG = f"{HYDRA}/hydra.yaml"  # Hydra's own settings (a sweep job's number)
+JOB_LOG_SUFFIX = ".log"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+CORRELATIONS = "correlations.json"  # with observables: the <Z_i Z_j> matrix and S(q) on every momentum
+ENERGY_PLOT = "energy.png"
+OBSERVABLES_PLOT = "observables.png"  # runner.report's, in the directory it reports on
+CHECKPOINT = "checkpoint"
+EVALUATION = "evaluation.json"
+EXACT_CACHE = ".exact_cache"  # under a sweep's directory
+ARTIFACTS = (SUMMARY, ENERGY_PLOT, OBSERVABLES_PLOT, CORRELATIONS)  # what the trackers keep a copy of
+
+
+def completed_summary(run_dir: Path, settings) -> dict | None:
+    """The summary of a finished run of the same length and config (final_rounds included).
+
+    Anything else is None: the checkpoint then decides (`resumable`), so a finished run with
+    another config is refused there, and one with another n_iter or final_rounds continues.
+    """
+    path = run_dir / SUMMARY
+    if not (settings.resume and path.exists() and checkpoint.exists(run_dir / CHECKPOINT)):
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError:  # cut short: not a finished run's
+        return None
+    stored = summary.get("config_fingerprint")
+    if (summary.get("status") == "completed" and summary.get("n_iter") == settings.n_iter
+            and fingerprint.same(stored, settings.fingerprint)):
+        return summary
+    return None
+
+
+def resumable(run_dir: Path, settings) -> bool:
+    """Whether to resume from run_dir/checkpoint: resume is on and a checkpoint exists.
+
+    Raises:
+        ConfigError: the checkpoint belongs to a config that differs in a key that changes the
+            numbers (final_rounds may differ), or predates config fingerprints.
+    """
+    if not (settings.resume and checkpoint.exists(run_dir / CHECKPOINT)):
+        return False
+    meta = checkpoint.read_meta(run_dir / CHECKPOINT)
+    fingerprint.check(meta.get("config_fingerprint"), settings.fingerprint, run_dir,
+                      ignore=fingerprint.RESUME_IGNORES)
+    return True
+
+
+def check_run_dir(run_dir: Path, settings):
+    """Refuses, before any heavy work, a run directory holding another config's run (the same
+    checks as a run's skip and resume)."""
+    if completed_summary(run_dir, settings) is None:
+        resumable(run_dir, settings)
+
+
+def remove_if_new(run_dir: Path, new_dirs):
+    """Removes a run directory that did not exist before this run and holds only what Hydra wrote
+    (`.hydra/` and an empty log, left by a config error), and its parents that did not either.
+
+    Args:
+        new_dirs: paths (resolved) that did not exist when the command started (`cli.new_dirs`);
+            any other directory (a resumed run's, a user's) stays.
+    """
+    run_dir = run_dir.resolve()
+    hydra_names = {Path(name).name for name in (CONFIG, OVERRIDES, HYDRA_CONFIG)}
+    try:
+        if run_dir not in new_dirs:
+            return
+        hydra_dir = run_dir / HYDRA
+        hydra_files = {p.name for p in hydra_dir.iterdir()} if hydra_dir.is_dir() else set()
+        only_hydra = all(p.name == HYDRA or (p.suffix == JOB_LOG_SUFFIX and p.stat().st_size == 0)
+                         for p in run_dir.iterdir())
+        if not (only_hydra and hydra_files <= hydra_names):
+            return
+        shutil.rmtree(run_dir)
+        parent = run_dir.parent  # outputs/DATE of the default outputs/DATE/TIME, when new and empty
+        while parent in new_dirs and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    except OSError:  # a directory we cannot read or remove is left as it is
+        pass
