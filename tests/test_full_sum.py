@@ -16,15 +16,10 @@ from runner import app
 from runner.config.build import build
 from runner.core import precond
 from runner.core import sampler as smp
-from runner.core.vmc import (
-    Problem,
-    draw,
-    energy_and_update,
-    from_split,
-    full_sum_invariance_error,
-    gradient_mode,
-    init_state,
-)
+from runner.core.full_sum import orbits
+from runner.core.problem import Problem, draw
+from runner.core.vmc import energy_and_update, full_sum_invariance_error, init_state
+from runner.core.wavefunction import from_split, gradient_mode
 from runner.errors import ConfigError
 from runner.parallel import mesh
 from runner.physics import exact, hamiltonians, pauli
@@ -123,7 +118,7 @@ def test_the_sum_over_orbits_equals_the_sum_over_all_configurations(lattice, sym
 def test_orbits_cover_the_space_once():
     lattice = hb.square(4, total_sz=0)
     states = hb.all_states(lattice)
-    reps, sizes = smp.orbits(states, np.asarray(lattice.space_group))
+    reps, sizes = orbits(states, np.asarray(lattice.space_group))
     assert len(reps) == 153 and sizes.sum() == len(states) == 12870
     images = {tuple(s) for r in reps for s in np.asarray(r)[np.asarray(lattice.space_group)]}
     assert len(images) == 12870  # every configuration is an image of exactly one representative

@@ -13,7 +13,14 @@ from jax.flatten_util import ravel_pytree
 from models import MLP, RBM, Jastrow
 from models.common import normal
 from runner.core import local_energy, precond
-from runner.core.vmc import Problem, gradient_mode, jacobian, log_derivatives
+from runner.core.jacobian import jacobian, log_derivatives
+from runner.core.local_energy import local_energies
+from runner.core.precond_types import force, from_dense
+from runner.core.problem import Problem
+from runner.core.sr import _pcg, _ritz
+from runner.core.stats import clip_outliers
+from runner.core.vmc import energy_and_update
+from runner.core.wavefunction import gradient_mode
 from runner.physics import hamiltonians, pauli
 from runner.physics import hilbert as hb
 
@@ -96,7 +103,7 @@ def test_gradient_matches_exact_derivative(model_name):
     Obar, eps, E = _exact_weighted(problem, params, states, mode)
     np.testing.assert_allclose(E, _exact_energy(model, states, H)(params), rtol=1e-10)
     core_mode = "real" if mode == "split" else mode
-    F = precond.force(precond.from_dense(Obar.T, core_mode), eps, core_mode)
+    F = force(from_dense(Obar.T, core_mode), eps, core_mode)
     if mode == "split":
         n = F.shape[0] // 2
         F = F[:n] + 1j * F[n:]
@@ -120,7 +127,7 @@ def test_sr_and_minsr_match_exact_solve(model_name, solver):
     else:
         S, F = Ob.conj().T @ Ob, 2 * (Ob.conj().T @ ep)
     expected = np.linalg.solve(S + shift * np.eye(len(S)), F)
-    jac = precond.from_dense(Obar.T, core_mode)
+    jac = from_dense(Obar.T, core_mode)
     sr = precond.sr(diag_shift=shift, solver=solver)(jac, eps, core_mode)
     minsr = precond.minsr(diag_shift=shift, solver=solver)(jac, eps, core_mode)
     np.testing.assert_allclose(np.asarray(sr), expected, rtol=1e-6, atol=1e-8)
@@ -138,9 +145,9 @@ def test_sr_holomorphic_equals_split_for_holomorphic_model():
     problem = _problem(model, ham)
     solve = precond.sr(diag_shift=0.02, solver="cholesky")
     Obar, eps, _ = _exact_weighted(problem, params, states, "holomorphic")
-    holo = solve(precond.from_dense(Obar.T, "holomorphic"), eps, "holomorphic")
+    holo = solve(from_dense(Obar.T, "holomorphic"), eps, "holomorphic")
     Obar_s, eps_s, _ = _exact_weighted(problem, params, states, "split")
-    split = solve(precond.from_dense(Obar_s.T, "real"), eps_s, "real")
+    split = solve(from_dense(Obar_s.T, "real"), eps_s, "real")
     n = split.shape[0] // 2
     np.testing.assert_allclose(np.asarray(holo), np.asarray(split[:n] + 1j * split[n:]), rtol=1e-7, atol=1e-10)
 
@@ -148,7 +155,7 @@ def test_sr_holomorphic_equals_split_for_holomorphic_model():
 def test_cholesky_falls_back_on_singular_metric():
     Obar = jnp.zeros((8, 3)).at[:, 0].set(jnp.linspace(-1, 1, 8))
     eps = jnp.linspace(0.5, -0.5, 8)
-    x = precond.sr(diag_shift=0.0, solver="cholesky")(precond.from_dense(Obar.T, "real"), eps, "real")
+    x = precond.sr(diag_shift=0.0, solver="cholesky")(from_dense(Obar.T, "real"), eps, "real")
     assert np.all(np.isfinite(np.asarray(x)))
     np.testing.assert_allclose(np.asarray(x)[1:], 0.0)
 
@@ -162,7 +169,7 @@ def test_jacobian_products_equal_the_dense_matrix(model_name):
     core_mode = "real" if mode == "split" else mode
     sigma = jnp.asarray(states[:40]).reshape(4, 10, -1)
     lazy = jacobian(problem, params, sigma, mode)
-    dense = precond.from_dense(lazy.dense(), core_mode)
+    dense = from_dense(lazy.dense(), core_mode)
     P = lazy.dense().shape[0]
     key1, key2 = jax.random.split(jax.random.PRNGKey(0))
     v = jax.random.normal(key1, (P,))
@@ -171,7 +178,7 @@ def test_jacobian_products_equal_the_dense_matrix(model_name):
     w = jax.random.normal(key2, dense.matvec(v).shape)
     eps = jnp.linspace(-1.0, 1.0, 40) * (1 + 0.5j)
     for a, b in [(lazy.matvec(v), dense.matvec(v)), (lazy.rmatvec(w), dense.rmatvec(w)),
-                 (precond.force(lazy, eps, core_mode), precond.force(dense, eps, core_mode))]:
+                 (force(lazy, eps, core_mode), force(dense, eps, core_mode))]:
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
     dense_sr = precond.sr(diag_shift=0.01, solver="cholesky")(lazy, eps, core_mode)
     cg_sr = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12)(lazy, eps, core_mode)
@@ -193,16 +200,16 @@ def _random_jacobian(seed, n_params, n_samples, mode):
 @pytest.mark.parametrize("mode", ["real", "holomorphic"])
 def test_ritz_basis_from_cg_finds_the_top_eigenpairs(mode):
     Obar, eps = _random_jacobian(0, 60, 200, mode)
-    jac = precond.from_dense(Obar, mode)
+    jac = from_dense(Obar, mode)
     shift = 0.01
     A_dense = np.asarray(jnp.conj(Obar) @ Obar.T) + shift * np.eye(60)
     if mode == "real":
         A_dense = A_dense.real
     A = lambda x: jac.rmatvec(jac.matvec(x)) + shift * x  # noqa: E731
-    F = precond.force(jac, eps, mode)
+    F = force(jac, eps, mode)
     zeros = jnp.zeros((60, 0), F.dtype)
-    _, record, _, _ = precond._pcg(A, F, jnp.zeros_like(F), zeros, jnp.zeros(0), 1e-12, 1000, 24)
-    basis, scale = precond._ritz(record, 6)
+    _, record, _, _ = _pcg(A, F, jnp.zeros_like(F), zeros, jnp.zeros(0), tol=1e-12, maxiter=1000, n_record=24)
+    basis, scale = _ritz(record, 6)
     w, V = np.linalg.eigh(A_dense)
     U = np.asarray(basis)
     np.testing.assert_allclose(U.conj().T @ U, np.eye(6), atol=1e-8)  # orthonormal
@@ -222,13 +229,13 @@ def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
                     cg_recycle_every=3)
     dense = precond.sr(diag_shift=0.01, solver="cholesky")
     Obar0, _ = _random_jacobian(1, 80, 300, mode)
-    update = jax.jit(lambda Obar, eps, state: cg.update(precond.from_dense(Obar, mode), eps, mode, state))
+    update = jax.jit(lambda Obar, eps, state: cg.update(from_dense(Obar, mode), eps, mode, state))
     state = cg.init(jnp.zeros(80, Obar0.dtype))
     for step in range(7):
         drift, eps = _random_jacobian(10 + step, 80, 300, mode)
         Obar = Obar0 + 0.2 * drift
         x, state, info = update(Obar, eps, state)
-        expected = dense(precond.from_dense(Obar, mode), eps, mode)
+        expected = dense(from_dense(Obar, mode), eps, mode)
         np.testing.assert_allclose(np.asarray(x), np.asarray(expected), rtol=1e-8, atol=1e-10)
         assert 1 <= int(state.age) <= 3  # steps since the last refresh (every 3, or earlier)
         assert np.all(np.asarray(state.scale) <= 0) and np.any(np.asarray(state.scale) < 0)
@@ -236,7 +243,7 @@ def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
 
 def test_cg_with_an_arbitrary_basis_still_converges():
     Obar, eps = _random_jacobian(2, 50, 120, "real")
-    jac = precond.from_dense(Obar, "real")
+    jac = from_dense(Obar, "real")
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12, cg_maxiter=2000, cg_recycle_rank=5,
                     cg_recycle_every=100)
     junk, _ = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(5), (50, 5)))
@@ -249,8 +256,6 @@ def test_clip_local_energy_changes_only_the_gradient_of_outlying_samples():
     """energy_and_update with clip_local_energy: the energy statistics are the raw ones; the
     update is the one from the clipped local energies (checked against the force computed
     from clipped values by hand); without outliers beyond the limit nothing changes."""
-    from runner.core.stats import clip_outliers
-    from runner.core.vmc import energy_and_update, local_energies
 
     lattice, ham, model, states, params, H = _setup("rbm_complex")
     plain = _problem(model, ham)
@@ -270,6 +275,6 @@ def test_clip_local_energy_changes_only_the_gradient_of_outlying_samples():
     jac = jacobian(plain, params, sigma, mode)
     n = e.size
     eps = (e.reshape(-1) - jnp.mean(e)) / jnp.sqrt(n)
-    expected = precond.force(jac, eps, mode)
+    expected = force(jac, eps, mode)
     np.testing.assert_allclose(flat(upd_c), np.asarray(expected), rtol=1e-10)
     assert not np.allclose(flat(upd_c), flat(upd_p), rtol=1e-3)

@@ -14,7 +14,9 @@ from runner import app
 from runner.config.build import build
 from runner.core import precond, stats
 from runner.core import sampler as smp
-from runner.core.vmc import BURN_IN_SWEEPS, Problem, VMCState, burn_in, draw, energy_and_update, estimate, final_burn_in
+from runner.core.estimate import BURN_IN_SWEEPS, burn_in, estimate, final_burn_in
+from runner.core.problem import Problem, VMCState, draw
+from runner.core.vmc import energy_and_update
 from runner.errors import ConfigError
 from runner.parallel import mesh
 from tests.conftest import REPO, run_cli
@@ -89,7 +91,7 @@ def test_estimates_sample_psi_squared_whatever_the_training_power():
 
 
 def test_burn_in_takes_chains_from_anywhere_to_psi_squared():
-    """`vmc.burn_in`: 8,192 chains started in the least likely configuration are, after
+    """`estimate.burn_in`: 8,192 chains started in the least likely configuration are, after
     `BURN_IN_SWEEPS` sweeps, distributed as the dense |psi|^2 (total variation within sampling
     noise); with 0 sweeps, and for a sampler without chains, nothing moves."""
     lattice, ham, model, states, params, _ = _setup("rbm_real", seed=2)

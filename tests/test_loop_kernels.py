@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import models
-from runner.core import kernels, vmc
+from runner.core import kernels, wavefunction
 from runner.core import sampler as smp
 from runner.physics import hilbert as hb
 
@@ -24,7 +24,7 @@ def xla_convolutions(monkeypatch):
     from models import cnn
 
     monkeypatch.setattr(cnn, "conv_form", lambda *shape: "xla")
-    monkeypatch.setattr(vmc, "_CONVOLUTIONS", {})
+    monkeypatch.setattr(wavefunction, "_CONVOLUTIONS", {})
 
 
 def _computations(hlo: str) -> dict:
@@ -81,21 +81,21 @@ def test_metropolis_loops_of_a_cnn_stay_out_of_single_kernels():
         lambda p, s: jnp.real(model.apply({"params": p}, s)))
     kernels, loops = _loop_kernels_with_convolutions(_cnn_draw_hlo(bare))
     assert loops >= 1 and kernels >= 1
-    kernels, loops = _loop_kernels_with_convolutions(_cnn_draw_hlo(vmc.amplitude_of))
+    kernels, loops = _loop_kernels_with_convolutions(_cnn_draw_hlo(wavefunction.amplitude_of))
     assert loops >= 1 and kernels == 0
 
 
 @pytest.mark.parametrize("symmetries", ["none", "point"])
 def test_tied_evaluation_is_the_models_own(symmetries):
-    """log psi and its parameter gradient through `vmc.apply_model` equal the model's own, bit for
-    bit, for configurations with and without batch axes."""
+    """log psi and its parameter gradient through `wavefunction.apply_model` equal the model's own,
+    bit for bit, for configurations with and without batch axes."""
     model = models.CNN(channels=4, kernel_size=3, depth=2, hilbert=LATTICE, param_dtype=jnp.complex128,
                        symmetries=symmetries)
     sigma = jax.vmap(lambda k: smp.random_state(LATTICE, k))(jax.random.split(jax.random.PRNGKey(1), 12))
     params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
-    assert vmc.has_convolution(model, params, sigma)
+    assert wavefunction.has_convolution(model, params, sigma)
     own = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
-    tied = lambda p, s: vmc.apply_model(model, p, s)  # noqa: E731
+    tied = lambda p, s: wavefunction.apply_model(model, p, s)  # noqa: E731
     for s in (sigma, sigma.reshape(3, 4, -1), sigma[0]):
         np.testing.assert_array_equal(jax.jit(tied)(params, s), jax.jit(own)(params, s))
     grad = lambda f: jax.jit(jax.grad(lambda p: jnp.sum(jnp.abs(f(p, sigma)) ** 2)))(params)  # noqa: E731
@@ -110,7 +110,7 @@ def test_only_models_with_convolutions_are_tied():
 
     def found(model):
         params = model.init(jax.random.PRNGKey(0), sigma)["params"]
-        return vmc.has_convolution(model, params, sigma)
+        return wavefunction.has_convolution(model, params, sigma)
 
     assert not found(models.RBM(alpha=1))
     assert not found(models.MLP(hidden=(4,)))
@@ -119,8 +119,9 @@ def test_only_models_with_convolutions_are_tied():
     assert found(cnn)
     stand_in = type("Plain", (), {"apply": staticmethod(cnn.apply)})()
     params = cnn.init(jax.random.PRNGKey(0), sigma)["params"]
-    assert vmc.has_convolution(stand_in, params, sigma)
-    np.testing.assert_array_equal(vmc.apply_model(stand_in, params, sigma), cnn.apply({"params": params}, sigma))
+    assert wavefunction.has_convolution(stand_in, params, sigma)
+    np.testing.assert_array_equal(wavefunction.apply_model(stand_in, params, sigma),
+                                  cnn.apply({"params": params}, sigma))
 
 
 def test_outside_loop_kernels_passes_values_through():
@@ -147,8 +148,8 @@ def test_an_unhashable_model_is_read_every_time():
         hash(model)
     sigma = jnp.ones((2, 6), jnp.int8)
     params = model.init(jax.random.PRNGKey(0), sigma)["params"]
-    assert vmc.has_convolution(model, params, sigma)
-    assert vmc.has_convolution(model, params, sigma)  # again, not from a cache
+    assert wavefunction.has_convolution(model, params, sigma)
+    assert wavefunction.has_convolution(model, params, sigma)  # again, not from a cache
 
 
 def test_the_classification_follows_each_shapes_form(monkeypatch):
@@ -158,13 +159,13 @@ def test_the_classification_follows_each_shapes_form(monkeypatch):
     from models import cnn
 
     monkeypatch.undo()
-    monkeypatch.setattr(vmc, "_CONVOLUTIONS", {})
+    monkeypatch.setattr(wavefunction, "_CONVOLUTIONS", {})
     model = models.CNN(channels=2, kernel_size=3, depth=1, hilbert=LATTICE)
     params = model.init(jax.random.PRNGKey(0), jnp.ones((1, LATTICE.n_sites), jnp.int8))["params"]
     small, large = (jnp.ones((b, LATTICE.n_sites), jnp.int8) for b in (cnn.WINDOW_BATCH, cnn.WINDOW_BATCH + 1))
-    assert not vmc.has_convolution(model, params, small)
-    assert not vmc.has_convolution(model, params, large)
+    assert not wavefunction.has_convolution(model, params, small)
+    assert not wavefunction.has_convolution(model, params, large)
     monkeypatch.setattr(cnn, "DENSE_CELLS_PER_WINDOW", 1)
-    monkeypatch.setattr(vmc, "_CONVOLUTIONS", {})
-    assert not vmc.has_convolution(model, params, small)
-    assert vmc.has_convolution(model, params, large)
+    monkeypatch.setattr(wavefunction, "_CONVOLUTIONS", {})
+    assert not wavefunction.has_convolution(model, params, small)
+    assert wavefunction.has_convolution(model, params, large)

@@ -12,7 +12,9 @@ from models import RBM
 from runner.core import observe, precond
 from runner.core.sampler import exact as exact_sampler
 from runner.core.sampler import init_chains, sample
-from runner.core.vmc import Problem, VMCState, estimate, ratio_of
+from runner.core.estimate import estimate
+from runner.core.problem import Problem, VMCState
+from runner.core.wavefunction import ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians, observables, pauli
 from runner.physics import hilbert as hb
@@ -239,9 +241,9 @@ def test_step_observer_measures_only_every_k_steps():
     sampler = exact_sampler(lattice, n_samples=64, n_chains=4)
     problem = _problem(model, sampler, hamiltonian=ham)
     assert observe.step_observer(observables.spin(lattice, ham, every=0), problem) is None
-    observe = observe.step_observer(observables.spin(lattice, ham, every=3), problem)
+    observer = observe.step_observer(observables.spin(lattice, ham, every=3), problem)
     _, sigma, _ = sample(sampler, problem.amplitude, params, init_chains(sampler, 0))
-    fn = jax.jit(lambda step: observe(params, sigma, None, step))
+    fn = jax.jit(lambda step: observer(params, sigma, None, step))
     on, off = jax.device_get(fn(jnp.int32(6))), jax.device_get(fn(jnp.int32(7)))
     assert on[observables.MEASURED] == 1 and off[observables.MEASURED] == 0
     assert np.isfinite(on["obs/mz2"]) and np.isnan(off["obs/mz2"])

@@ -7,7 +7,7 @@ import pytest
 
 from models import RBM
 from runner.core import local_energy
-from runner.core.vmc import ratio_of
+from runner.core.wavefunction import ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians, pauli
 from runner.physics import hilbert as hb

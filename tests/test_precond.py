@@ -9,7 +9,13 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from runner.core import precond
+from runner.core.jacobian import jacobian, parameter_blocks
+from runner.core.minsr import _after
+from runner.core.precond_types import SampleChunks, from_dense
+from runner.core.sr import CG_TOL_FLOOR, cg_tolerance
 from runner.core.stats import chain_sum, statistics
+from runner.core.vmc import init_state
+from runner.core.wavefunction import gradient_mode
 
 
 def _random_jacobian(seed, n_params, n_samples, mode, dtype=jnp.float64):
@@ -71,21 +77,21 @@ def test_dense_sr_is_bitwise_the_same_on_every_layout(mode, mesh_in_context):
     samples is split into per-device partials."""
     Obar, eps = _random_jacobian(0, 40, 16 * 24, mode)
     sr = precond.sr(diag_shift=0.01, solver="cholesky")
-    solve = lambda O, e: sr.update(precond.from_dense(O, mode)._replace(n_chains=16), e, mode, ())[0]  # noqa: E731
+    solve = lambda O, e: sr.update(from_dense(O, mode)._replace(n_chains=16), e, mode, ())[0]  # noqa: E731
     x1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=mesh_in_context)
     for n in (2, 4):
         np.testing.assert_array_equal(_on_devices(solve, n, Obar, eps, mesh_in_context=mesh_in_context), x1)
     # The same solution as from one product over all samples.
-    np.testing.assert_allclose(x1, np.asarray(sr(precond.from_dense(Obar, mode), eps, mode)), rtol=1e-10)
+    np.testing.assert_allclose(x1, np.asarray(sr(from_dense(Obar, mode), eps, mode)), rtol=1e-10)
 
 
 def test_cg_tolerance_follows_the_dtype(caplog):
-    assert precond.cg_tolerance(None, jnp.float64) == 1e-5
-    assert precond.cg_tolerance(None, jnp.complex128) == 1e-5
-    assert precond.cg_tolerance(None, jnp.float32) == 1e-3
-    assert precond.cg_tolerance(None, jnp.complex64) == 1e-3
-    assert precond.cg_tolerance(1e-7, jnp.float64) == 1e-7  # the user's value wins
-    assert precond.cg_tolerance(1e-7, jnp.float32) == precond.CG_TOL_FLOOR[4]  # but not below reach
+    assert cg_tolerance(None, jnp.float64) == 1e-5
+    assert cg_tolerance(None, jnp.complex128) == 1e-5
+    assert cg_tolerance(None, jnp.float32) == 1e-3
+    assert cg_tolerance(None, jnp.complex64) == 1e-3
+    assert cg_tolerance(1e-7, jnp.float64) == 1e-7  # the user's value wins
+    assert cg_tolerance(1e-7, jnp.float32) == CG_TOL_FLOOR[4]  # but not below reach
     with caplog.at_level(logging.WARNING, logger="runner.core.precond"):
         precond.sr(solver="cg", cg_tol=1e-7).init(jnp.zeros(10, jnp.float64))
         assert not caplog.records
@@ -101,13 +107,13 @@ def test_cg_reaches_its_default_tolerance_and_reports_its_work(mode, dtype):
     Obar, eps = _random_jacobian(3, 60, 256, mode, dtype)
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_maxiter=500)
     state = cg.init(jnp.zeros(60, Obar.dtype))
-    x, _, info = jax.jit(lambda O, e: cg.update(precond.from_dense(O, mode), e, mode, state))(Obar, eps)
-    tol = precond.cg_tolerance(None, dtype)
+    x, _, info = jax.jit(lambda O, e: cg.update(from_dense(O, mode), e, mode, state))(Obar, eps)
+    tol = cg_tolerance(None, dtype)
     assert 0 < int(info["cg_iters"]) < 500
     assert float(info["cg_residual"]) <= tol
     # The reported residual is the solve's: the true one agrees within rounding of the products.
     dense = precond.sr(diag_shift=0.01, solver="cholesky")
-    expected = np.asarray(dense(precond.from_dense(Obar.astype(jnp.complex128 if mode != "real" else jnp.float64),
+    expected = np.asarray(dense(from_dense(Obar.astype(jnp.complex128 if mode != "real" else jnp.float64),
                                                    mode), eps.astype(jnp.complex128), mode))
     np.testing.assert_allclose(np.asarray(x), expected, rtol=0, atol=100 * tol * np.abs(expected).max())
 
@@ -115,9 +121,9 @@ def test_cg_reaches_its_default_tolerance_and_reports_its_work(mode, dtype):
 def test_cg_stopped_by_maxiter_shows_it():
     Obar, eps = _random_jacobian(4, 60, 256, "real")
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_maxiter=3, cg_recycle_rank=0)
-    _, _, info = cg.update(precond.from_dense(Obar, "real"), eps, "real", cg.init(jnp.zeros(60)))
+    _, _, info = cg.update(from_dense(Obar, "real"), eps, "real", cg.init(jnp.zeros(60)))
     assert int(info["cg_iters"]) == 3 and float(info["cg_residual"]) > 1e-5
-    _, _, dense_info = precond.sr(solver="cholesky").update(precond.from_dense(Obar, "real"), eps, "real", ())
+    _, _, dense_info = precond.sr(solver="cholesky").update(from_dense(Obar, "real"), eps, "real", ())
     assert dense_info == {}
 
 
@@ -129,7 +135,7 @@ def test_cg_refreshes_its_basis_when_deflation_stops_paying(last_iters, refreshe
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_recycle_rank=8, cg_recycle_every=20)
     state = cg.init(jnp.zeros(60))._replace(age=jnp.int32(5), plain_iters=jnp.int32(10),
                                             last_iters=jnp.int32(last_iters))
-    _, new, info = cg.update(precond.from_dense(Obar, "real"), eps, "real", state)
+    _, new, info = cg.update(from_dense(Obar, "real"), eps, "real", state)
     assert int(new.last_iters) == int(info["cg_iters"])
     if refreshed:
         assert int(new.age) == 1 and int(new.plain_iters) == int(info["cg_iters"])
@@ -157,9 +163,9 @@ def _chunked(Obar_PxS, mode, n_chains, n_chunks):
     P, S = Obar_PxS.shape
     t = S // n_chains // n_chunks
     rows_CxTxP = Obar_PxS.T.reshape(n_chains, S // n_chains, P)
-    chunks = precond.SampleChunks(
+    chunks = SampleChunks(
         n_chunks, lambda: lambda k: jax.lax.dynamic_slice_in_dim(rows_CxTxP, k * t, t, axis=1))
-    return precond.from_dense(Obar_PxS, mode)._replace(n_chains=n_chains, chunks=chunks)
+    return from_dense(Obar_PxS, mode)._replace(n_chains=n_chains, chunks=chunks)
 
 
 def _minsr_reference(Obar_PxS, eps_S, mode, diag_shift, momentum=0.0, previous=None):
@@ -201,10 +207,10 @@ def test_chunked_minsr_equals_one_chunk_dense_minsr_and_sr(kind):
             _close(jax.jit(lambda O, e: minsr(_chunked(O, mode, 8, n_chunks), e, mode))(Obar, eps), one, 1e-12)
         _close(one, _minsr_reference(Obar, eps, mode, 0.01), 1e-10)
         # A Jacobian without chunks: its dense matrix as one chunk.
-        _close(minsr(precond.from_dense(Obar, mode), eps, mode), one, 1e-12)
+        _close(minsr(from_dense(Obar, mode), eps, mode), one, 1e-12)
         if n_params < n_samples:
             sr = precond.sr(diag_shift=0.01, solver="cholesky")
-            _close(sr(precond.from_dense(Obar, mode), eps, mode), one, 1e-10)
+            _close(sr(from_dense(Obar, mode), eps, mode), one, 1e-10)
 
 
 # One case per mode: real parameters and log psi; complex holomorphic; real parameters with a
@@ -219,7 +225,7 @@ MODEL_CASES = {
 
 @pytest.mark.parametrize("case", sorted(MODEL_CASES))
 def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
-    """vmc.jacobian's chunks (O made again per chunk, centred with the mean of a first pass)
+    """`jacobian`'s chunks (O made again per chunk, centred with the mean of a first pass)
     give the solution of the dense Jacobian's formula, with and without chunk_size, and with
     the kernel summed over blocks of parameter leaves (param_chunk_size: one leaf per block, and
     blocks of about a third of the parameters)."""
@@ -227,7 +233,6 @@ def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
 
     from runner.config.build import build
     from runner.core.sampler import sample
-    from runner.core.vmc import gradient_mode, init_state, jacobian, parameter_blocks
     from tests.test_config import compose_config
 
     experiment = build(compose_config([*MODEL_CASES[case], "preconditioner=minsr", "sampler.n_samples=64",
@@ -265,7 +270,6 @@ def test_chunked_minsr_memory_is_bounded_by_the_chunk():
     import dataclasses
 
     from runner.config.build import build
-    from runner.core.vmc import init_state, jacobian
     from tests.test_config import compose_config
 
     experiment = build(compose_config(["hilbert.L=36", "model.alpha=16", "preconditioner=minsr",
@@ -329,7 +333,7 @@ def test_max_norm_caps_the_step_length_in_the_metric(kind, solver):
         jac = _chunked(Obar, mode, 8, 2)
     else:
         make = lambda **kw: precond.sr(diag_shift=0.01, solver=solver, cg_tol=1e-10, **kw)  # noqa: E731
-        jac = precond.from_dense(Obar, mode)._replace(n_chains=8)
+        jac = from_dense(Obar, mode)._replace(n_chains=8)
     x_dtype = Obar.dtype if mode == "holomorphic" else Obar.real.dtype
 
     def solve(max_norm):
@@ -353,7 +357,7 @@ def test_a_capped_sr_step_is_bitwise_the_same_on_every_layout():
     mode = "holomorphic"
     Obar, eps = _centred_jacobian(3, 40, 16 * 24, "holomorphic")
     p = precond.sr(diag_shift=0.01, solver="cholesky", max_norm=0.1)
-    solve = lambda O, e: p.update(precond.from_dense(O, mode)._replace(n_chains=16), e, mode, ())  # noqa: E731
+    solve = lambda O, e: p.update(from_dense(O, mode)._replace(n_chains=16), e, mode, ())  # noqa: E731
     x1, _, info1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=True)
     assert float(info1["step_norm"]) > 0.1  # the cap binds
     for n in (2, 4):
@@ -413,10 +417,9 @@ def test_spring_state_survives_checkpoint_and_resume(tmp_path):
 
 
 def test_the_kernel_loops_start_after_the_right_hand_side():
-    """`precond._after` ties x to y through a value XLA cannot fold away (a NaN in y reaches x):
+    """`minsr._after` ties x to y through a value XLA cannot fold away (a NaN in y reaches x):
     minSR starts its kernel's loops from it, so the gather of the right-hand side runs first on
     every device (two devices once waited on each other's collectives forever without it)."""
-    _after = precond._after
     tied = jax.jit(_after)(jnp.zeros(3), jnp.asarray([np.nan, 1.0]))
     assert np.all(np.isnan(np.asarray(tied)))
     np.testing.assert_array_equal(jax.jit(_after)(jnp.arange(3.0), jnp.ones(2) + 1j), np.arange(3.0))

@@ -9,8 +9,9 @@ import pytest
 from scipy import stats as sps
 
 from models import RBM
+from runner.core import rules
 from runner.core import sampler as smp
-from runner.core.vmc import amplitude_of
+from runner.core.wavefunction import amplitude_of
 from runner.physics import hilbert as hb
 from runner.physics.hilbert import states_to_codes
 
@@ -121,13 +122,13 @@ def test_cached_updates_give_the_same_chains(kind, dtype):
 
 def _moved(sigma, propose, x):
     sites, values, log_q = propose(sigma, x)
-    return smp.apply_move(sigma, sites, values), float(log_q)
+    return rules.apply_move(sigma, sites, values), float(log_q)
 
 
 def test_rules_move_the_right_spins():
     sigma = jnp.array([1, -1, 1, 1, -1, -1], jnp.int8)
     bonds = np.array([[0, 1], [2, 3], [4, 5], [3, 4]])  # bonds 0 and 3 have differing spins
-    swap = smp.exchange_rule(bonds).propose
+    swap = rules.exchange_rule(bonds).propose
     moved, log_q = _moved(sigma, swap, 0.1)  # first of the two hoppable bonds
     np.testing.assert_array_equal(moved, [-1, 1, 1, 1, -1, -1])
     assert log_q == 0.0  # still two hoppable bonds after the swap
@@ -138,7 +139,7 @@ def test_rules_move_the_right_spins():
     moved, log_q = _moved(polarised, swap, 0.5)
     np.testing.assert_array_equal(moved, polarised)
     assert log_q == 0.0
-    moved, log_q = _moved(sigma, smp.local_rule(6).propose, 4)
+    moved, log_q = _moved(sigma, rules.local_rule(6).propose, 4)
     np.testing.assert_array_equal(moved, [1, -1, 1, 1, 1, -1])
     assert log_q == 0.0
 
@@ -149,14 +150,14 @@ def test_exchange_kernel_keeps_psi_squared_exactly(lattice):
     its Hastings correction, min(1, ratio) acceptance) leaves |psi|^2 invariant: pi P = pi."""
     _, params, states, probs = _model_and_probs(lattice, scale=3.0)
     bonds = np.asarray(lattice.bonds)
-    propose = jax.jit(jax.vmap(smp.exchange_rule(bonds).propose))
+    propose = jax.jit(jax.vmap(rules.exchange_rule(bonds).propose))
     index = {c: i for i, c in enumerate(states_to_codes(states))}
     n_hop = (states[:, bonds[:, 0]] != states[:, bonds[:, 1]]).sum(1)
     src = np.repeat(np.arange(len(states)), n_hop)
     k = np.concatenate([np.arange(n) for n in n_hop])
     u = (k + 0.5) / n_hop[src]
     sites, values, log_q = propose(jnp.asarray(states[src], jnp.int8), jnp.asarray(u))
-    moved = np.asarray(jax.vmap(smp.apply_move)(jnp.asarray(states[src], jnp.int8), sites, values))
+    moved = np.asarray(jax.vmap(rules.apply_move)(jnp.asarray(states[src], jnp.int8), sites, values))
     dst = np.array([index[c] for c in states_to_codes(moved)])
     assert np.all(dst != src)  # a hoppable swap always moves
     accept = np.minimum(1.0, probs[dst] / probs[src] * np.exp(np.asarray(log_q, np.float64)))

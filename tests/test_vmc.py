@@ -12,9 +12,13 @@ from jax.flatten_util import ravel_pytree
 
 from runner import app
 from runner.config.build import build
-from runner.core import precond
+from runner.core import local_energy, precond
+from runner.core.estimate import estimate
+from runner.core.jacobian import jacobian, log_derivatives
+from runner.core.local_energy import NONZERO_BLOCKS, local_energies, nonzero_local_energies
 from runner.core.sampler import sample
-from runner.core.vmc import estimate, gradient_mode, init_state, jacobian, local_energies, log_derivatives, vmc_step
+from runner.core.vmc import init_state, vmc_step
+from runner.core.wavefunction import gradient_mode
 from runner.parallel import mesh
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
@@ -150,7 +154,6 @@ def test_generic_local_energies_skip_zero_elements_and_match_dense(chunk_size):
     """A model without fast paths: E_loc of every Sz = 0 state equals (H psi)(s) / psi(s) of the
     dense J1-J2 matrix, while log psi is evaluated on the nonzero elements' configurations
     (plus at most one block of padding per chain and call), not on all K per sample."""
-    from runner.core.vmc import NONZERO_BLOCKS, nonzero_local_energies
     from runner.physics import hilbert as hb
     from tests.dense import basis_index, dense_heisenberg, dense_psi
 
@@ -182,6 +185,4 @@ def test_generic_local_energies_skip_zero_elements_and_match_dense(chunk_size):
 
 
 def operators_connected(ham, sigma_N):
-    from runner.core import local_energy
-
     return local_energy.connected(ham, jnp.asarray(sigma_N))[1]

@@ -7,9 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from runner.core import local_energy
-from runner.core.sampler import FullSumSampler, full_sum, full_sum_weights, sample
+from runner.core.estimate import _metrics, log_abs_max
+from runner.core.estimate import estimate as estimate_energy
+from runner.core.full_sum import FullSumSampler
+from runner.core.local_energy import local_energies, map_over_samples
+from runner.core.sampler import full_sum, full_sum_weights, sample
 from runner.core.stats import chain_max, chain_sum, statistics
-from runner.core.vmc import local_energies, log_abs_max, map_over_samples, ratio_of
+from runner.core.wavefunction import ratio_of
 from runner.physics.observables import ERROR_PREFIX, MEASURED, PREFIX, STRUCTURE_FACTOR, Observables, _number
 
 
@@ -87,7 +91,7 @@ def local_values(obs: Observables, problem, params, sigma_CxTxN) -> Local:
 
     Args:
         obs: the observable set.
-        problem: the `runner.core.vmc.Problem` (model, chunk size).
+        problem: the `runner.core.problem.Problem` (model, chunk size).
         params: model parameters.
         sigma_CxTxN: samples [C, T, N].
 
@@ -177,17 +181,14 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
     """Energy and observables at the current parameters from the same fresh samples (of |psi|^2,
     whatever the sampler's `machine_pow` for training).
 
-    Like `runner.core.vmc.estimate` (each chain's `n_rounds` rounds are one longer chain), with the
+    Like `runner.core.estimate.estimate` (each chain's `n_rounds` rounds are one longer chain), with the
     observables' local values, S(q) and the per-chain <Z_i Z_j> sums taken on those samples.
 
     Returns:
         (chains, (energy_metrics, measured)): the advanced chains; the energy's metrics as
-        `runner.core.vmc.estimate` gives them; `measure`'s dict plus "zz_sum_CxNxN" (per-chain sums
+        `runner.core.estimate.estimate` gives them; `measure`'s dict plus "zz_sum_CxNxN" (per-chain sums
         of s_i s_j over all rounds), "sq_mean_Q" and "sq_error_Q" (S(q) on every momentum).
     """
-    from runner.core.vmc import _metrics
-    from runner.core.vmc import estimate as estimate_energy
-
     if isinstance(problem.sampler, FullSumSampler):
         # The energy from the run's sum (over orbits with a symmetry), the observables from every
         # configuration.

@@ -1,9 +1,10 @@
-"""Markov-chain and exact samplers of |psi|^2, and the full sum over a small space, written for
-one global chain axis.
+"""Markov-chain and exact samplers of |psi|^2 written for one global chain axis, the sampler
+constructors (the `conf/sampler` targets, the full sum's included), and the weights of samples.
 
 Every chain owns one PRNG key, derived from the seed and its global index, so the samples do
 not depend on how chains are spread over devices or processes. Proposal rules are small
-functions of one chain, batched with `vmap`.
+functions of one chain (`runner.core.rules`), batched with `vmap`; the full sum's configurations
+are `runner.core.full_sum`'s.
 """
 
 import dataclasses
@@ -15,9 +16,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runner.core.full_sum import FULL_SUM_SYMMETRIES, FullSumSampler, orbits, symmetry_group
+from runner.core.rules import Rule, apply_move, exchange_rule, local_rule
 from runner.core.stats import chain_max, chain_sum
 from runner.errors import ConfigError, require_int, require_number
-from runner.physics.hilbert import Hilbert, all_states, states_to_codes
+from runner.physics.hilbert import Hilbert, all_states
+
+# isort: split
+# Names that moved out of this module, importable here until their callers import them from their new homes.
+from runner.core.rules import (  # noqa: F401  # moved: callers to import from runner.core.rules
+    _hoppable,
+    flip_site,
+    swap_hoppable_bond,
+)
 
 
 class ChainState(NamedTuple):
@@ -25,78 +36,6 @@ class ChainState(NamedTuple):
 
     sigma_CxN: jax.Array  # int8 spins
     key_C: jax.Array  # uint32 [C, 2], one key per chain
-
-
-# --- proposal rules -----------------------------------------------------------------------
-
-
-class Rule(NamedTuple):
-    """A Metropolis-Hastings proposal for one chain.
-
-    draw: (key, n) -> the random inputs of n proposals, drawn up front (cheaper than in the loop);
-    propose: (sigma_N, x) -> (sites_K, values_K, log_q): the move sigma[sites] = values and
-        log q(new -> old) - log q(old -> new), the Hastings correction (0 for a symmetric rule).
-    """
-
-    draw: Callable
-    propose: Callable
-
-
-def flip_site(sigma_N, site):
-    """Local rule: flip the spin on `site` (symmetric)."""
-    sites = jnp.reshape(site, (1,))
-    return sites, -sigma_N[sites], jnp.zeros(())
-
-
-def local_rule(n_sites: int) -> Rule:
-    """Flip one site drawn uniformly."""
-    return Rule(
-        draw=lambda key, n: jax.random.randint(key, (n,), 0, n_sites, dtype=jnp.int32),
-        propose=flip_site,
-    )
-
-
-def _hoppable(sigma_N, bonds):
-    """[B] whether the two spins of each bond differ (a swap would change the state)."""
-    return sigma_N[bonds[:, 0]] != sigma_N[bonds[:, 1]]
-
-
-def swap_hoppable_bond(sigma_N, u, *, bonds):
-    """Exchange rule: swap the spins of a bond drawn uniformly (by `u` in [0, 1)) among the
-    bonds whose two spins differ, so no proposal is wasted on a no-op.
-
-    The number of such bonds changes with the move, so the proposal is not symmetric:
-    log_q = log n(old) - log n(new). With no such bond (a fully polarised sector) the move is
-    a no-op. Swapping keeps the number of up spins, so the rule preserves `total_sz`.
-    """
-    bonds, u = jnp.asarray(bonds), jnp.asarray(u)
-    hop_B = _hoppable(sigma_N, bonds)
-    n_old = jnp.sum(hop_B, dtype=jnp.int32)
-    k = jnp.minimum(jnp.floor(u * n_old).astype(jnp.int32), n_old - 1)
-    bond = jnp.argmax(jnp.cumsum(hop_B, dtype=jnp.int32) > k)
-    sites = bonds[bond]
-    values = sigma_N[sites[::-1]]
-    n_new = jnp.sum(_hoppable(apply_move(sigma_N, sites, values), bonds), dtype=jnp.int32)
-    log_n = lambda n: jnp.log(jnp.maximum(n, 1).astype(u.dtype))  # noqa: E731
-    return sites, values, log_n(n_old) - log_n(n_new)
-
-
-def exchange_rule(bonds) -> Rule:
-    """Swap the spins of a uniformly drawn bond among those whose spins differ."""
-    bonds = np.asarray(bonds, np.int32)
-    return Rule(
-        draw=lambda key, n: jax.random.uniform(key, (n,)),
-        propose=functools.partial(swap_hoppable_bond, bonds=bonds),
-    )
-
-
-def apply_move(sigma_N, sites_K, values_K):
-    """sigma with sigma[sites] = values, written as selects: a scatter would keep XLA from
-    compiling the Metropolis loop into a single kernel."""
-    site_N = jnp.arange(sigma_N.shape[-1])
-    for k in range(sites_K.shape[-1]):
-        sigma_N = jnp.where(site_N == sites_K[k], values_K[k], sigma_N)
-    return sigma_N
 
 
 # --- how the sampler evaluates the wavefunction --------------------------------------------
@@ -138,7 +77,7 @@ class MetropolisSampler:
         n_discard_per_chain: sweeps thrown away at the start of each call.
         sweep_size: proposals between two recorded samples.
         machine_pow: p in (0, 2]: training samples are drawn from |psi|^p and reweighted by
-            |psi|^(2-p) (`runner.core.vmc.draw`); estimates always sample |psi|^2 (`sample`).
+            |psi|^(2-p) (`runner.core.problem.draw`); estimates always sample |psi|^2 (`sample`).
     """
 
     hilbert: Hilbert
@@ -171,47 +110,6 @@ class ExactSampler:
 
 EXACT_SAMPLER_MAX_STATES = 2**16
 FULL_SUM_MAX_STATES = 2**16
-FULL_SUM_SYMMETRIES = ("none", "translations", "lattice")
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class FullSumSampler:
-    """Not a sampler: every configuration of the space, each weighted by its exact |psi|^2, so
-    every expectation value is a sum, not an estimate (no statistical error).
-
-    With a `symmetry` group under which |psi|, log psi's derivatives and H are invariant (H checked
-    when the run is built, `runner.config.build`, the model when it starts,
-    `runner.core.vmc.full_sum_invariance_error`), one configuration per orbit stands for the whole
-    orbit, weighted by the orbit's size.
-
-    Attributes:
-        hilbert: the space summed over.
-        n_chains: rows of the [C, T] layout (sharded over devices like chains); the
-            configurations are spread over them in order, the last ones padded with weight 0.
-        symmetry: none | translations | lattice.
-        sigma_CxTxN: int8, the configurations (orbit representatives), padded.
-        log_size_CxT: log of each one's orbit size (0 without symmetry), -inf for padding.
-    """
-
-    hilbert: Hilbert
-    n_chains: int
-    symmetry: str
-    sigma_CxTxN: np.ndarray
-    log_size_CxT: np.ndarray
-
-    @property
-    def n_configurations(self) -> int:
-        """The configurations summed over (orbits with a symmetry): the rows that are not padding."""
-        return int(np.isfinite(self.log_size_CxT).sum())
-
-    @property
-    def n_samples(self) -> int:
-        """Rows of the layout, padding included (what the VMC core iterates over)."""
-        return self.sigma_CxTxN.shape[0] * self.sigma_CxTxN.shape[1]
-
-    @property
-    def samples_per_chain(self) -> int:
-        return self.sigma_CxTxN.shape[1]
 
 
 def _check_counts(n_samples, n_chains):
@@ -243,7 +141,7 @@ def _check_machine_pow(machine_pow) -> float:
     return float(machine_pow)
 
 
-def _metropolis(hilbert, rule, n_samples, n_chains, n_discard_per_chain, sweep_size, machine_pow):
+def _metropolis(hilbert, rule, *, n_samples, n_chains, n_discard_per_chain, sweep_size, machine_pow):
     _check_counts(n_samples, n_chains)
     if n_discard_per_chain is None:
         n_discard_per_chain = (n_samples // n_chains) // 10
@@ -273,9 +171,8 @@ def metropolis_local(
             "metropolis_local flips single spins and cannot keep hilbert.total_sz fixed; "
             "use sampler=metropolis_exchange or hilbert.total_sz=null",
         )
-    return _metropolis(
-        hilbert, local_rule(hilbert.n_sites), n_samples, n_chains, n_discard_per_chain, sweep_size, machine_pow
-    )
+    return _metropolis(hilbert, local_rule(hilbert.n_sites), n_samples=n_samples, n_chains=n_chains,
+                       n_discard_per_chain=n_discard_per_chain, sweep_size=sweep_size, machine_pow=machine_pow)
 
 
 def metropolis_exchange(
@@ -293,9 +190,8 @@ def metropolis_exchange(
             "sampler",
             "metropolis_exchange conserves Sz and needs hilbert.total_sz to be set (e.g. 0)",
         )
-    return _metropolis(
-        hilbert, exchange_rule(hilbert.bonds), n_samples, n_chains, n_discard_per_chain, sweep_size, machine_pow
-    )
+    return _metropolis(hilbert, exchange_rule(hilbert.bonds), n_samples=n_samples, n_chains=n_chains,
+                       n_discard_per_chain=n_discard_per_chain, sweep_size=sweep_size, machine_pow=machine_pow)
 
 
 def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16, machine_pow: float = 2.0) -> ExactSampler:
@@ -309,24 +205,6 @@ def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16, machine_p
             f"(this one has {hilbert.n_states}); use metropolis_local or metropolis_exchange",
         )
     return ExactSampler(hilbert, n_samples, n_chains, _check_machine_pow(machine_pow))
-
-
-def symmetry_group(hilbert: Hilbert, symmetry: str) -> np.ndarray:
-    """int32 [G, N] the site permutations of `symmetry` (none: the identity)."""
-    if symmetry == "translations":
-        return np.asarray(hilbert.translations, np.int32)
-    if symmetry == "lattice" and hilbert.space_group is not None:
-        return np.asarray(hilbert.space_group, np.int32)
-    return np.arange(hilbert.n_sites, dtype=np.int32)[None]
-
-
-def orbits(states_DxN: np.ndarray, group_GxN: np.ndarray):
-    """(one configuration per orbit of the group [O, N], the orbits' sizes [O]), in the order of
-    each orbit's first member in `states_DxN` (which must be closed under the group)."""
-    canonical_D = np.min(np.stack([states_to_codes(states_DxN[:, g]) for g in group_GxN]), axis=0)
-    _, first_O, size_O = np.unique(canonical_D, return_index=True, return_counts=True)
-    order = np.argsort(first_O)
-    return states_DxN[first_O[order]], size_O[order]
 
 
 def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_samples: int | None = None
@@ -424,7 +302,7 @@ def init_chains(sampler, seed: int) -> ChainState:
 
 def sample(sampler, amplitude: Amplitude, params, chains: ChainState, machine_pow: float = 2.0):
     """Draws `sampler.n_samples` configurations from |psi|^machine_pow (|psi|^2 unless a
-    caller that reweights asks for another power: `runner.core.vmc.draw`).
+    caller that reweights asks for another power: `runner.core.problem.draw`).
 
     Args:
         sampler: a MetropolisSampler or ExactSampler.
