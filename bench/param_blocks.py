@@ -47,7 +47,9 @@ def one(chunk, k):
 
     from runner.config.build import build
     from runner.core import precond
-    from runner.core.vmc import gradient_mode, init_state, jacobian, parameter_blocks
+    from runner.core.jacobian import jacobian, parameter_blocks
+    from runner.core.vmc import init_state
+    from runner.core.wavefunction import gradient_mode
     from tests.test_config import compose_config
 
     experiment = build(compose_config(CASE))

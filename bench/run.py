@@ -196,7 +196,7 @@ def our_final_params(case, run_dir):
     import jax.numpy as jnp
 
     from runner.core import vmc
-    from runner.run import checkpoint
+    from runner.lifecycle import checkpoint
 
     ex = experiment(case)
     sigma_N = jnp.ones((ex.hilbert.n_sites,), jnp.int8)

@@ -41,15 +41,16 @@ def mean_ms(fn, *args, repeat):
 def parts(experiment, repeat: int) -> dict:
     """{part: (ms, its output)} for the draw, local energies, energy and update, and the whole step."""
     from runner import app
-    from runner.core import vmc
+    from runner.core import local_energy, vmc
+    from runner.core.problem import draw
 
     problem = experiment.problem
     layout = mesh.make_mesh(experiment.parallel["backend"])
     state, _ = app._place_state(problem, experiment.settings, layout)
-    out = {"draw": mean_ms(jax.jit(lambda params, chains: vmc.draw(problem, params, chains)),
+    out = {"draw": mean_ms(jax.jit(lambda params, chains: draw(problem, params, chains)),
                            state.params, state.chains, repeat=repeat)}
     _, sigma, weights, _ = out["draw"][1]
-    out["local_energies"] = mean_ms(jax.jit(lambda params, s: vmc.local_energies(problem, params, s)),
+    out["local_energies"] = mean_ms(jax.jit(lambda params, s: local_energy.local_energies(problem, params, s)),
                                     state.params, sigma, repeat=repeat)
     out["energy_and_update"] = mean_ms(
         jax.jit(lambda params, s, w, solver: vmc.energy_and_update(problem, params, s, solver, 0, w)),

@@ -10,3 +10,14 @@ def load(run_dir):
     from runner.api import load as _load
 
     return _load(run_dir)
+
+
+def run(overrides=(), run_dir=None):
+    """Runs one experiment from Python, as `python -m runner OVERRIDES` does, and returns its
+    trained state (`runner.load`'s object). A bad config raises `runner.errors.ConfigError`.
+
+    Imported on first use, like `load`.
+    """
+    from runner.api import run as _run
+
+    return _run(overrides, run_dir)

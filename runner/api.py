@@ -5,9 +5,10 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from runner.run.load import Trained, experiment_of, read_config
-from runner.run.load import load as load_trained
-from runner.run.rundir import METRICS, SUMMARY
+from runner.errors import ConfigError
+from runner.lifecycle.load import Trained, experiment_of, read_config
+from runner.lifecycle.load import load as load_trained
+from runner.lifecycle.rundir import METRICS, SUMMARY
 
 
 class Estimate(NamedTuple):
@@ -33,7 +34,7 @@ class TrainedRun:
         import jax
         import jax.numpy as jnp
 
-        from runner.core.vmc import final_burn_in
+        from runner.core.estimate import final_burn_in
 
         self.run_dir = trained.run_dir
         self.config = trained.config
@@ -90,7 +91,7 @@ class TrainedRun:
         Returns:
             NumPy E_loc [K] (complex for complex parameters).
         """
-        from runner.core.vmc import local_energies_of
+        from runner.core.local_energy import local_energies_of
 
         sigma = self._checked(sigma)
         if sigma.ndim != 2:
@@ -122,7 +123,8 @@ class TrainedRun:
     def _sampler(self, n: int):
         import dataclasses
 
-        from runner.core.sampler import FullSumSampler, _check_counts
+        from runner.core.full_sum import FullSumSampler
+        from runner.core.sampler import _check_counts
 
         if isinstance(self.sampler, FullSumSampler):
             raise ValueError("this run sums over every configuration (sampler=full_sum) and draws no samples; "
@@ -132,16 +134,17 @@ class TrainedRun:
 
     def _draw(self, n: int):
         """sigma [C, n / C, N], continuing the run's chains (each call gives new samples; the first
-        after the run's final burn-in, `runner.core.vmc.final_burn_in`)."""
+        after the run's final burn-in, `runner.core.estimate.final_burn_in`)."""
         import jax
 
-        from runner.core import vmc
+        from runner.core.estimate import burn_in
+        from runner.core.problem import VMCState
         from runner.core.sampler import sample
 
         if self._burn_in_sweeps:  # chains that sampled |psi|^p in training: the run's final burn-in first
             sweeps, self._burn_in_sweeps = self._burn_in_sweeps, 0
-            state = vmc.VMCState(self.params, None, self._chains, None, None)
-            self._chains = jax.jit(lambda s: vmc.burn_in(self._problem, s, sweeps))(state).chains
+            state = VMCState(self.params, None, self._chains, None, None)
+            self._chains = jax.jit(lambda s: burn_in(self._problem, s, sweeps))(state).chains
         if n not in self._samplers:  # one compiled sampler per sample count
             self._samplers[n] = jax.jit(functools.partial(sample, self._sampler(n), self._problem.amplitude))
         self._chains, sigma_CxTxN, _ = self._samplers[n](self.params, self._chains)
@@ -197,7 +200,7 @@ class TrainedRun:
         import jax
 
         from runner.core import observe
-        from runner.core.sampler import FullSumSampler
+        from runner.core.full_sum import FullSumSampler
 
         obs = self._observables_for(observable)
         if isinstance(self.sampler, FullSumSampler):  # exact: every configuration, weighted by |psi|^2
@@ -218,21 +221,67 @@ class TrainedRun:
 
 def _energy_statistics(problem, T: int):
     """(params, sigma [C, T, N] of |psi|^2 or a full sum's, its weights [C, T] or None) -> Stats of
-    E_loc (jitted), by the runner's own `vmc.local_energies`, at most as many samples at once as
+    E_loc (jitted), by the runner's own `local_energies`, at most as many samples at once as
     the run's steps evaluated (its `chunk_size`, else its n_samples): any `n_samples` fits in the
     memory the run needed."""
     import dataclasses
 
     import jax
 
-    from runner.core import stats, vmc
+    from runner.core import stats
+    from runner.core.local_energy import local_energies
 
     C = problem.sampler.n_chains
     at_once = problem.chunk_per_chain or max(1, problem.sampler.n_samples // C)
     per_chain = max(t for t in range(1, min(at_once, T) + 1) if T % t == 0)  # a divisor of T
     chunked = dataclasses.replace(problem, chunk_size=per_chain * C)
     return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(
-        vmc.local_energies(chunked, params, sigma_CxTxN), w_CxT, True))
+        local_energies(chunked, params, sigma_CxTxN), w_CxT, True))
+
+
+def run(overrides=(), run_dir=None) -> TrainedRun:
+    """Runs an experiment from Python as `python -m runner OVERRIDES` does, and loads it.
+
+    The config is composed from conf/ (`runner.cli.CONF_DIR`) with Hydra's compose API, its
+    overrides checked like the CLI's (`runner.cli.check_overrides`), and run by `runner.app.run`
+    (skip, resume or start over, as the CLI would). Hydra's record of the composition
+    (RUN_DIR/.hydra/config.yaml, overrides.yaml) is written as the CLI's Hydra writes it.
+
+    Args:
+        overrides: Hydra overrides, e.g. ["hilbert.L=8", "n_iter=20"] (no `hydra.` keys).
+        run_dir: the run directory; None: outputs/<run id> under the working directory, as the CLI
+            (`runner.cli.run_id`).
+
+    Returns:
+        `load(run_dir)` of the finished run.
+
+    Raises:
+        ConfigError: a bad config, with the sentence the CLI prints after "Config error: "
+            (nothing is run and nothing is written).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from runner import app, cli
+    from runner.lifecycle import rundir
+    from runner.parallel.runtime import configure_runtime
+
+    configure_runtime()  # effective only if JAX has not started yet
+    overrides = [str(o) for o in overrides]
+    cli.check_overrides(overrides)
+    try:
+        with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError("overrides", f"cannot be composed ({' '.join(str(err).split())})") from None
+    run_dir = Path(run_dir) if run_dir is not None else Path("outputs") / cli.run_id()
+    app.run(cfg, run_dir=str(run_dir), raise_config_errors=True)  # refuses before writing anything
+    (run_dir / rundir.HYDRA).mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / rundir.CONFIG, resolve=True)
+    OmegaConf.save(OmegaConf.create(overrides), run_dir / rundir.OVERRIDES)
+    return load(run_dir)
 
 
 def load(run_dir) -> TrainedRun:

@@ -14,27 +14,27 @@ import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.build import Experiment, build
-from runner.core.sampler import FullSumSampler
+from runner.core.full_sum import FullSumSampler
 from runner.core.vmc import full_sum_invariance_error, init_state
 from runner.errors import ConfigError
+from runner.lifecycle import finish, hparams_search, loop, rundir, warm_start
+from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import loggers
 from runner.outputs.header import log_header
 from runner.outputs.summary import Outcome, Timings, report, summarise
 from runner.parallel import distributed, mesh
-from runner.run import finish, hparams_search, loop, rundir, warm_start
-from runner.run.preemption import StopRequest, exit_status
 
 log = logging.getLogger(__name__)
 
 _check_run_dir = rundir.check_run_dir  # its old name here, which tests/test_schedules.py still calls
 
 
-def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict | float:
+def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, raise_config_errors=False) -> dict | float:
     """Runs the experiment in `cfg` (see `_run`); under the Optuna sweeper, returns the trial's
     objective instead of the summary: `optimized_metric` of the summary, or a large penalty for a
     failed run (which never raises there: a failed trial must not end the study)."""
     if not _optuna_sweep(run_dir):
-        return _run(cfg, run_dir, new_dirs)
+        return _run(cfg, run_dir, new_dirs, raise_config_errors=raise_config_errors)
     from hydra.core.hydra_config import HydraConfig
 
     direction = str(HydraConfig.get().sweeper.get("direction", "minimize"))
@@ -52,11 +52,13 @@ def _optuna_sweep(run_dir) -> bool:
     return "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")).lower()
 
 
-def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict:
+def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, raise_config_errors=False) -> dict:
     """Runs the experiment described by `cfg` in `run_dir` (Hydra's output directory).
 
     `new_dirs`: directories that did not exist when the command started; a single run's config
     error removes its run directory (and new parents) if it is one of them.
+    `raise_config_errors` (`runner.run`, from Python): a bad config value raises its ConfigError
+    instead of printing it and exiting.
 
     A bad config value prints one sentence and exits with status 2 before anything compiles;
     in a multirun it is recorded as the point's failure (summary.json, status `failed`) and
@@ -84,6 +86,8 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
             raise
         layout, tracking = _set_up(experiment, config, run_dir)
     except ConfigError as err:
+        if raise_config_errors:
+            raise
         return _config_error(err, run_dir, multirun, new_dirs if from_hydra else None, other_run=err is conflict)
     except distributed.DistributedInitError as err:
         print(err, file=sys.stderr)
@@ -233,8 +237,13 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     if done is not None:
         log.info("already completed (%s); delete it or set resume=false to run again", run_dir / rundir.SUMMARY)
         return done
-    if not resuming and distributed.is_main():
-        (run_dir / rundir.SUMMARY).unlink(missing_ok=True)  # starting over: no stale summary of another run
+    replaced = rundir.replacing(run_dir, settings)
+    if replaced is not None and distributed.is_main():
+        log.warning(replaced)
+    if distributed.is_main():
+        # no stale summary while this run trains: a resumed run's (stopped "after saving a checkpoint"
+        # of an earlier step) would outlive a second Ctrl-C, which exits at once without one
+        (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
 
     exact_energy = finish.exact_energy(experiment, _sweep_dir())
     _check_full_sum(experiment.problem, settings.seed)

@@ -6,17 +6,45 @@ import sys
 import time
 from pathlib import Path
 
+from runner.errors import ConfigError
+from runner.lifecycle.hparams_search import quiet_storage_logs
+from runner.lifecycle.preemption import EXIT_INTERRUPTED
 from runner.parallel.runtime import configure_runtime
-from runner.run.preemption import EXIT_INTERRUPTED
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
-def check_group_choices(argv):
-    """Refuses `group=option` overrides naming a missing option, in one sentence (exit 2).
+def check_overrides(argv):
+    """Refuses `group=option` overrides naming a missing option, and overrides whose group or key
+    does not exist (a typo), naming the nearest valid names; what `python -m runner` checks before
+    Hydra composes (Hydra would print several lines, or suggest `+key`, which the runner refuses).
 
-    Hydra would print a multi-line error and exit 1; a bad option is a config error.
+    Raises:
+        ConfigError: its str() is the one sentence (`runner.run` raises it; the CLI prints it, exit 2).
     """
+    _group_choices(argv)
+    _key_names(argv)
+
+
+def check_group_choices(argv):
+    """Refuses `group=option` overrides naming a missing option, in one sentence (exit 2)."""
+    _exit_on_error(_group_choices, argv)
+
+
+def check_key_names(argv):
+    """Refuses an override whose group or key does not exist, in one sentence (exit 2)."""
+    _exit_on_error(_key_names, argv)
+
+
+def _exit_on_error(check, argv):
+    try:
+        check(argv)
+    except ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _group_choices(argv):
     conf = Path(CONF_DIR)
     for arg in argv:
         if "=" not in arg or arg.startswith(("-", "+", "~", "hydra")):
@@ -28,14 +56,7 @@ def check_group_choices(argv):
         options = sorted(p.stem for p in group.glob("*.yaml"))
         for choice in value.strip("[]").split(","):  # a sweep a,b or a list [a,b] (logger=[jsonl,mlflow])
             if choice not in options:
-                print(f"Config error: {key}={choice} is not an option; choose one of: {', '.join(options)}.",
-                      file=sys.stderr)
-                sys.exit(2)
-
-
-def _refuse(sentence: str):
-    print(f"Config error: {sentence}", file=sys.stderr)
-    sys.exit(2)
+                raise ConfigError(f"{key}={choice}", f"is not an option; choose one of: {', '.join(options)}.")
 
 
 def _nearest(name: str, names) -> str:
@@ -58,9 +79,7 @@ def _choices(argv) -> dict:
     return chosen
 
 
-def check_key_names(argv):
-    """Refuses an override whose group or key does not exist (a typo), naming the nearest valid
-    names in one sentence (exit 2); Hydra would suggest `+key`, which the runner then refuses."""
+def _key_names(argv):
     import yaml
 
     conf = Path(CONF_DIR)
@@ -73,7 +92,8 @@ def check_key_names(argv):
         key = arg.partition("=")[0]
         head, _, rest = key.partition(".")
         if head not in groups and head not in top:
-            _refuse(f"{head} is not a config group or top-level key; {_nearest(head, groups | set(top) - {'defaults'})}")
+            raise ConfigError(head, f"is not a config group or top-level key; "
+                                    f"{_nearest(head, groups | set(top) - {'defaults'})}")
         option = chosen.get(head)
         if not rest or head not in groups or not option or option == "null":
             continue
@@ -81,7 +101,8 @@ def check_key_names(argv):
         node = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
         sub = rest.partition(".")[0]
         if isinstance(node, dict) and node and sub not in node:
-            _refuse(f"{head}.{sub} is not a key of {head}={option}; {_nearest(sub, set(node) - {'_target_'})}")
+            raise ConfigError(f"{head}.{sub}", f"is not a key of {head}={option}; "
+                                               f"{_nearest(sub, set(node) - {'_target_'})}")
 
 
 def run_id(env=None) -> str:
@@ -118,8 +139,8 @@ def new_dirs(argv, run_id_value: str, cwd=None) -> set[Path]:
 
 def main():
     configure_runtime()
-    check_group_choices(sys.argv[1:])
-    check_key_names(sys.argv[1:])
+    quiet_storage_logs()  # an Optuna search's store set-up, logged when Hydra loads the sweeper
+    _exit_on_error(check_overrides, sys.argv[1:])
     import hydra
     from omegaconf import OmegaConf
 

@@ -11,21 +11,17 @@ import numpy as np
 
 from runner.cli import CONF_DIR
 from runner.config import fingerprint
+from runner.core.estimate import BURN_IN_SWEEPS, burn_in_sweeps, final_burn_in
 from runner.core.sampler import init_chains
-from runner.core.vmc import (
-    BURN_IN_SWEEPS,
-    burn_in_sweeps,
-    final_burn_in,
-    full_sum_invariance_error,
-)
+from runner.core.vmc import full_sum_invariance_error
 from runner.diagnostics import health, peaks
 from runner.errors import ConfigError
+from runner.lifecycle import checkpoint, load, rundir
+from runner.lifecycle.finish import final_estimate
 from runner.outputs.summary import estimate_fields
 from runner.parallel import distributed, mesh
 from runner.parallel.distributed import DistributedInitError
 from runner.parallel.runtime import configure_runtime
-from runner.run import checkpoint, load, rundir
-from runner.run.finish import final_estimate
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +70,23 @@ def compose_config(run_dir, overrides) -> dict:
     return config
 
 
+def split_total(config: dict, overrides) -> dict:
+    """`config` with a `sampler.n_samples=TOTAL` override read as the total an evaluation draws:
+    `final_rounds` rounds of TOTAL / final_rounds each (without that override, the run's
+    rounds of its own n_samples).
+
+    Raises:
+        ConfigError: TOTAL is not a multiple of final_rounds.
+    """
+    if not any(o.startswith("sampler.n_samples=") for o in overrides):
+        return config
+    total, rounds = config["sampler"]["n_samples"], config["final_rounds"]
+    if not isinstance(total, int) or not isinstance(rounds, int) or rounds < 1 or total % rounds:
+        raise ConfigError("sampler.n_samples", f"is the total an evaluation draws in final_rounds={rounds} rounds "
+                          f"and must be a multiple of it (got {total})")
+    return {**config, "sampler": {**config["sampler"], "n_samples": total // rounds}}
+
+
 def projection_change(stored: dict, config: dict) -> dict | None:
     """{key: [the run's value, the evaluated one]} for the projection keys an evaluation
     changes, or None when it evaluates the trained state itself."""
@@ -86,7 +99,7 @@ def _set_up(run_dir: Path, overrides):
     """(config, experiment, layout, trained run): the run's config with the overrides, the
     processes and mesh it asks for, and the run's checkpoint (refused when a full sum over
     orbits does not fit the trained parameters)."""
-    config = compose_config(run_dir, list(overrides))
+    config = split_total(compose_config(run_dir, list(overrides)), list(overrides))
     experiment = load.experiment_of(config)
     distributed.initialize(experiment.parallel, experiment.x64)
     layout = mesh.make_mesh(experiment.parallel["backend"])
@@ -117,10 +130,11 @@ def evaluate(run_dir, overrides=()) -> dict:
     checkpointed parameters, and looks for configurations with more |psi|^2 than every sample
     (`runner.diagnostics.peaks`).
 
-    Samples `final_rounds` rounds of `sampler.n_samples` with the (overridden) sampler on the
-    (overridden) parallel backend. The checkpoint's chains are continued when the number of
+    Samples `final_rounds` rounds of the run's `sampler.n_samples` with the (overridden) sampler
+    on the (overridden) parallel backend; an override `sampler.n_samples=TOTAL` is the total,
+    split into `final_rounds` rounds (`split_total`). The checkpoint's chains are continued when the number of
     chains and the seed are the run's (with the run's own settings this reproduces its final
-    estimate exactly, its burn-in included: `runner.run.finish.final_estimate`); otherwise fresh
+    estimate exactly, its burn-in included: `runner.lifecycle.finish.final_estimate`); otherwise fresh
     chains start from `seed`. Fresh chains, and the run's chains under a projected model, first
     discard `runner.core.vmc.BURN_IN_SWEEPS` sweeps ("burn_in_sweeps" in the result).
 
@@ -143,6 +157,8 @@ def evaluate(run_dir, overrides=()) -> dict:
     projection = projection_change(trained.config, config)
     state, continued, sweeps = _chains(experiment, trained, projection)
     shardings = mesh.shard_state(state, layout)
+    n, rounds, chains = problem.sampler.n_samples, settings.final_rounds, problem.sampler.n_chains
+    log.info("evaluating with %d samples (%d rounds of %d over %d chains)", n * rounds, rounds, n, chains)
     metrics, observed = final_estimate(experiment, mesh.from_host(state, shardings), shardings, layout, sweeps)
     peak_check = peaks.check_estimate(problem, trained.state.params, metrics, state.chains.sigma_CxN,
                                       settings.peak_search, settings.seed)

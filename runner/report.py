@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from runner.lifecycle import rundir
 from runner.outputs.loggers import MLFLOW_DB, TENSORBOARD_DIR, TRACKING_DIRS
 from runner.outputs.plot import log_error_bars
-from runner.run import rundir
 
 RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably still running
 # what runner.app logs (into the run's Hydra job log, from any rank) when a process raises

@@ -36,7 +36,7 @@ def heisenberg(tmp_path_factory):
 
 def checkpoint_params(run_dir, model, n_sites):
     """The model's parameters read straight from the checkpoint file: its first leaves, in the
-    order of the model's own parameter tree (independent of runner.run.load)."""
+    order of the model's own parameter tree (independent of runner.lifecycle.load)."""
     like = model.init(jax.random.PRNGKey(0), jnp.ones((n_sites,), jnp.int8))["params"]
     leaves, treedef = jax.tree_util.tree_flatten(like)
     with np.load(run_dir / "checkpoint" / "state.npz") as data:
@@ -165,16 +165,33 @@ def test_sample_draws_from_the_run_sampler(heisenberg):
         run.sample(100)
 
 
-def test_a_run_recorded_before_peak_restart_every_was_retired_still_loads():
-    """Its .hydra/config.yaml holds `peak_restart_every: 0`, which behaved as today's code does; a
-    run that restarted chains cannot be rebuilt and is refused."""
-    from runner.errors import ConfigError
-    from runner.run import load
-
-    run_dir = REPO / "tests" / "integration" / "golden" / "run_6dc7890" / "run"
-    config = load.read_config(run_dir)
-    assert config["peak_restart_every"] == 0
-    trained = runner.load(run_dir)
+def test_a_run_directory_of_the_old_layout_loads():
+    """Written at 6dc7890: old module paths in its `_target_`s, the retired `peak_restart_every: 0`
+    (tests/lifecycle/test_load.py checks the pieces)."""
+    trained = runner.load(REPO / "tests" / "integration" / "golden" / "run_6dc7890" / "run")
     assert trained.step == 10
-    with pytest.raises(ConfigError, match="peak_restart_every"):
-        load.experiment_of({**config, "peak_restart_every": 3})
+    assert np.isfinite(trained.expect("magnetization_x", n_samples=256).mean)
+
+
+def test_run_from_python_composes_runs_and_loads_like_the_cli(tmp_path, monkeypatch):
+    """runner.run: the CLI's composition, run directory (outputs/<run id>) and code path, returning
+    runner.load's TrainedRun; a bad config raises the CLI's sentence instead of exiting."""
+    from runner import cli
+    from runner.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "run_id", lambda: "api-run")
+    small = ["hilbert.L=6", "sampler.n_samples=64", "sampler.n_chains=8", "n_iter=3", "final_rounds=1", "exact=false"]
+    trained = runner.run(small)
+    assert isinstance(trained, runner.api.TrainedRun) and trained.step == 3
+    assert trained.run_dir == tmp_path / "outputs" / "api-run" or str(trained.run_dir) == "outputs/api-run"
+    assert trained.config["hilbert"]["L"] == 6 and trained.summary["status"] == "completed"
+    assert runner.load(tmp_path / "outputs" / "api-run").step == 3
+    with pytest.raises(ConfigError) as typo:
+        runner.run(["hilbert.LL=8"], run_dir=tmp_path / "typo")
+    assert str(typo.value).startswith("hilbert.LL is not a key of hilbert=chain;")
+    with pytest.raises(ConfigError, match="is not an option; choose one of"):
+        runner.run(["model=nope"], run_dir=tmp_path / "option")
+    with pytest.raises(ConfigError, match="n_iter"):
+        runner.run([*small, "n_iter=-1"], run_dir=tmp_path / "value")
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "value").exists()

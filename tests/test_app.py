@@ -53,7 +53,7 @@ def copy_of(run_dir, tmp_path):
 
 def test_summary_and_checkpoint_record_the_fingerprint(finished):
     from runner.config import fingerprint
-    from runner.run import checkpoint
+    from runner.lifecycle import checkpoint
 
     stamp = summary_of(finished)["config_fingerprint"]
     assert stamp["config"]["hamiltonian.h"] == 1.0 and stamp["config"]["seed"] == 0
@@ -83,7 +83,7 @@ def test_rerun_with_another_config_is_refused_and_changes_nothing(finished, tmp_
 
 
 def test_run_from_before_fingerprints_is_refused(finished, tmp_path):
-    from runner.run import checkpoint
+    from runner.lifecycle import checkpoint
 
     run_dir = copy_of(finished, tmp_path)
     with np.load(run_dir / "checkpoint" / "state.npz") as data:
@@ -103,6 +103,7 @@ def test_resume_false_starts_over(finished, tmp_path):
     run_dir = copy_of(finished, tmp_path)
     proc = run_cli([*RUN, "n_iter=4", "seed=3", "resume=false", f"hydra.run.dir={run_dir}"], REPO, check=True)
     assert "resumed from checkpoint" not in proc.stdout + proc.stderr
+    assert f"resume=false: replacing the completed run in {run_dir} (seed was 0, now 3)" in proc.stdout + proc.stderr
     assert summary_of(run_dir)["config_fingerprint"]["config"]["seed"] == 3
     assert len(energies(run_dir)) == 4 and energies(run_dir)[0] != energies(finished)[0]
     # and it is now that run: the same config resumes or skips, the old one is refused
@@ -198,7 +199,7 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
     import jax
 
     from runner.config.build import build
-    from runner.run import finish
+    from runner.lifecycle import finish
     from tests.test_config import compose_config
 
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
@@ -332,8 +333,8 @@ def test_a_stop_during_compilation_takes_no_step(tmp_path):
     import os
     import types
 
-    from runner.run import loop
-    from runner.run.preemption import StopRequest
+    from runner.lifecycle import loop
+    from runner.lifecycle.preemption import StopRequest
 
     dispatched = []
     settings = types.SimpleNamespace(n_iter=5, checkpoint_every=2)
@@ -466,8 +467,8 @@ def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, capl
 
     import numpy as np
 
-    from runner.run import loop
-    from runner.run.preemption import StopRequest
+    from runner.lifecycle import loop
+    from runner.lifecycle.preemption import StopRequest
 
     good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
             "acceptance": np.float32(0.5)}
@@ -492,8 +493,8 @@ def test_a_rejected_step_with_a_non_finite_variance_does_not_stop_the_run(tmp_pa
 
     import numpy as np
 
-    from runner.run import loop
-    from runner.run.preemption import StopRequest
+    from runner.lifecycle import loop
+    from runner.lifecycle.preemption import StopRequest
 
     good = {"energy": np.float32(-1.0), "energy_error": np.float32(0.1), "variance": np.float32(1.0),
             "acceptance": np.float32(0.5), "rejected": np.int32(0)}
@@ -511,3 +512,20 @@ def test_a_rejected_step_with_a_non_finite_variance_does_not_stop_the_run(tmp_pa
         records = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
         assert records[1]["variance"] is None
     assert "energy is -0.5 with variance inf at step 1; rejected (reject_jump)" in caplog.text
+
+
+def test_resume_false_says_what_it_replaces(finished, tmp_path):
+    """The line resume=false logs over a completed run, from the stored summary's fingerprint."""
+    import dataclasses
+
+    from runner.lifecycle import rundir
+
+    stored = summary_of(finished)["config_fingerprint"]["config"]
+    other = dataclasses.make_dataclass("S", ["resume", "fingerprint"])
+    changed = other(False, {**stored, "hamiltonian.h": 2.0})
+    assert rundir.replacing(finished, changed) == (
+        f"resume=false: replacing the completed run in {finished} (hamiltonian.h was 1.0, now 2.0)")
+    assert rundir.replacing(finished, other(False, stored)) == (
+        f"resume=false: rerunning the completed run in {finished} with the same config")
+    assert rundir.replacing(finished, other(True, stored)) is None
+    assert rundir.replacing(tmp_path, other(False, stored)) is None

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from runner.run import checkpoint
+from runner.lifecycle import checkpoint
 
 
 def test_save_read_meta_and_load(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO, run_cli
 
 RUN = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=2", "exact=auto", "n_iter=20"]
-MORE = ["sampler.n_samples=1024", "final_rounds=4"]
+MORE = ["sampler.n_samples=4096", "final_rounds=4"]  # 4096 samples in all: 4 rounds of 1024
 
 
 def run_evaluate(args, timeout=300):
@@ -67,9 +67,12 @@ def test_a_reweighted_run_burns_in_and_its_evaluation_reproduces_it(tmp_path):
 
 def test_more_samples_agree_within_error_bars_and_leave_the_summary(run):
     before = summary_bytes(run)
-    result = evaluated(run, MORE)
+    proc = run_evaluate([run, *MORE])
+    assert proc.returncode == 0, proc.stderr
+    assert "evaluating with 4096 samples (4 rounds of 1024 over 8 chains)" in proc.stderr
+    result = json.loads((run / "evaluation.json").read_text())
     summary = json.loads(before)
-    assert result["total_samples"] == 4096 and result["chains"] == "checkpoint"
+    assert result["total_samples"] == 4096 and result["n_samples"] == 1024 and result["chains"] == "checkpoint"
     assert result["energy_error"] < summary["energy_error"]
     assert abs(result["energy"] - summary["energy"]) < 4 * math.hypot(result["energy_error"], summary["energy_error"])
     assert result["relative_error"] == pytest.approx(abs(result["energy"] - summary["exact_energy"]) / abs(summary["exact_energy"]))
@@ -152,3 +155,16 @@ def test_the_symmetry_projection_of_the_trained_parameters_is_evaluated_exactly(
     assert evaluated(run_dir, ["sampler=full_sum"])["projection"] is None
     proc = run_evaluate([run_dir, "model.alpha=2"])
     assert proc.returncode == 2 and "model.alpha is 2 in the overrides but 1 in the run" in proc.stderr
+
+
+def test_an_overridden_n_samples_is_the_total_split_over_the_rounds():
+    from runner.errors import ConfigError
+    from runner.evaluate import split_total
+
+    config = {"sampler": {"n_samples": 4096, "n_chains": 8}, "final_rounds": 4}
+    assert split_total(config, ["sampler.n_samples=4096"])["sampler"]["n_samples"] == 1024
+    assert split_total(config, ["final_rounds=4"]) == config  # the run's own rounds of n_samples
+    with pytest.raises(ConfigError) as err:
+        split_total({**config, "final_rounds": 3}, ["sampler.n_samples=4096"])
+    assert err.value.sentence() == ("sampler.n_samples is the total an evaluation draws in final_rounds=3 rounds "
+                                    "and must be a multiple of it (got 4096).")

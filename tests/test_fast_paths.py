@@ -10,8 +10,11 @@ from models import MLP, RBM
 from models.common import normal
 from models.fast_paths import JacobianProducts, LocalRatios, SamplerCache, check, log_abs_method, resolve
 from runner.config.build import build
-from runner.core import local_energy, precond
-from runner.core.vmc import amplitude_of, jacobian, local_energies, ratio_of
+from runner.core import local_energy
+from runner.core.jacobian import jacobian
+from runner.core.local_energy import local_energies
+from runner.core.precond_types import from_dense
+from runner.core.wavefunction import amplitude_of, ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
@@ -95,7 +98,7 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
     # Jacobian products from jax.linearize, equal to the dense log-derivatives.
     lazy = jacobian(problem, params, states[:40].reshape(4, 10, -1), "real")
     v = jax.random.normal(jax.random.PRNGKey(1), (lazy.dense().shape[0],))
-    np.testing.assert_allclose(lazy.matvec(v), precond.from_dense(lazy.dense(), "real").matvec(v), rtol=1e-10)
+    np.testing.assert_allclose(lazy.matvec(v), from_dense(lazy.dense(), "real").matvec(v), rtol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])

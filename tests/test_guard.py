@@ -11,8 +11,8 @@ import pytest
 
 from runner import app
 from runner.config.build import build
-from runner.core.stats import Stats
 from runner.core.guard import _guarded
+from runner.core.stats import Stats
 from runner.core.vmc import init_state, vmc_step
 from runner.errors import ConfigError
 from runner.parallel import mesh

@@ -1,4 +1,4 @@
-"""runner.run.hparams_search: the trial objective, a failed trial as a bad value, an Optuna study that is
+"""runner.lifecycle.hparams_search: the trial objective, a failed trial as a bad value, an Optuna study that is
 killed and resumed from its SQLite store, and the search composed with the SLURM launcher."""
 
 import json
@@ -14,7 +14,7 @@ import yaml
 from conftest import REPO
 
 from runner.errors import ConfigError
-from runner.run import hparams_search
+from runner.lifecycle import hparams_search
 
 TINY = ["hilbert.L=6", "sampler.n_samples=128", "n_iter=10", "final_rounds=1", "exact=false"]
 DIVERGING = {"optimizer.learning_rate": 50.0, "preconditioner.diag_shift": 1e-4}  # NaN within 10 steps
@@ -210,3 +210,20 @@ def test_trials_run_as_concurrent_slurm_jobs(tmp_path):
         summary = json.loads((run_of(sweep_dir, trial.params) / "summary.json").read_text())
         expected = summary["energy"] if summary["status"] == "completed" else hparams_search.PENALTY
         assert trial.value == expected
+
+
+def test_the_store_set_up_logs_nothing_but_warnings(tmp_path):
+    """alembic's set-up lines (logged on importing optuna) and optuna's "A new study created in
+    RDB" are silenced where the CLI starts and the store is made; a real warning still shows (in a
+    subprocess: optuna must not be imported yet)."""
+    script = ("import logging, sys\n"
+              "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+              "from runner.lifecycle import hparams_search\n"
+              "hparams_search.quiet_storage_logs()  # runner.cli.main, before Hydra\n"
+              "import optuna\n"
+              f"url = hparams_search.sqlite_storage({str(tmp_path / 's' / 'optuna.db')!r})\n"
+              "optuna.create_study(study_name='quiet', storage=url)\n"
+              "logging.getLogger('alembic.runtime.migration').warning('a real warning')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["WARNING:alembic.runtime.migration:a real warning"], proc.stderr

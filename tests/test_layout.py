@@ -17,7 +17,7 @@ LAYERS = [
     ("runner.diagnostics",),
     ("runner.config",),
     ("runner.outputs",),
-    ("runner.run",),
+    ("runner.lifecycle",),
     ("runner.app", "runner.api", "runner.evaluate", "runner.report", "runner.doctor", "runner.cli",
      "runner.__main__", "runner"),
 ]
@@ -25,7 +25,7 @@ LAYERS = [
 PARALLEL_ONLY = {"get_abstract_mesh", "with_sharding_constraint", "set_mesh", "process_index", "process_count",
                  "multihost_utils", "NamedSharding", "PartitionSpec", "Mesh", "shard_map", "distributed", "sharding"}
 # What the jitted core may not import: configs, files, processes.
-CORE_FORBIDDEN = ("runner.config", "runner.run", "runner.outputs", "runner.diagnostics", "runner.parallel.distributed",
+CORE_FORBIDDEN = ("runner.config", "runner.lifecycle", "runner.outputs", "runner.diagnostics", "runner.parallel.distributed",
                   "runner.parallel.runtime", "omegaconf", "hydra", "pathlib", "json", "os", "subprocess")
 # Files above this many lines, and functions above this many lines or positional parameters,
 # may not grow: today's exceptions with their sizes (the list may only shrink).

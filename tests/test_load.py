@@ -1,4 +1,4 @@
-"""runner.run.load: a run directory read back, including one written before runner/ was split by
+"""runner.lifecycle.load: a run directory read back, including one written before runner/ was split by
 concern (the 6dc7890 fixture: its `_target_`s name the old module paths)."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from runner.config import fingerprint
 from runner.errors import ConfigError
-from runner.run import load
+from runner.lifecycle import load
 
 OLD_RUN = Path(__file__).resolve().parent / "integration" / "golden" / "run_6dc7890" / "run"
 

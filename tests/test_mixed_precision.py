@@ -9,8 +9,13 @@ import pytest
 from runner import app
 from runner.config.build import build
 from runner.core import precond
+from runner.core.jacobian import jacobian
+from runner.core.local_energy import local_energies
+from runner.core.precond_types import from_dense
 from runner.core.sampler import sample
-from runner.core.vmc import gradient_mode, init_state, jacobian, local_energies
+from runner.core.sr import CGState
+from runner.core.vmc import init_state
+from runner.core.wavefunction import gradient_mode
 from runner.parallel import mesh
 from tests.test_config import compose_config
 
@@ -54,16 +59,16 @@ def test_the_dense_sr_solve_is_the_float64_solve_of_the_32_bit_jacobian(dtype, s
     _, state, eps, jac, mode = one_batch(dtype)
     Obar = jac.dense()
     sr = precond.sr(diag_shift=shift, solver="cholesky")
-    mixed = precond.solving_in(sr, jnp.float64)(precond.from_dense(Obar, mode), eps, mode)
+    mixed = precond.solving_in(sr, jnp.float64)(from_dense(Obar, mode), eps, mode)
     wide = {"float32_mixed": jnp.float64, "complex64_mixed": jnp.complex128}[dtype]
-    exact = sr(precond.from_dense(Obar.astype(wide), mode), eps.astype(wide), mode)
-    single = sr(precond.from_dense(Obar, mode), eps, mode)
+    exact = sr(from_dense(Obar.astype(wide), mode), eps.astype(wide), mode)
+    single = sr(from_dense(Obar, mode), eps, mode)
     assert mixed.dtype == wide and single.dtype == Obar.dtype
     assert relative(mixed, exact) < 1e-10
     assert relative(single, exact) > 1e3 * max(relative(mixed, exact), 1e-16)
     # and as the VMC step runs it: the built preconditioner of dtype=*_mixed
     problem = one_batch(dtype, extra=["preconditioner.solver=cholesky", f"preconditioner.diag_shift={shift}"])[0]
-    in_step = problem.precondition.update(precond.from_dense(Obar, mode), eps, mode, ())[0]
+    in_step = problem.precondition.update(from_dense(Obar, mode), eps, mode, ())[0]
     np.testing.assert_array_equal(np.asarray(in_step), np.asarray(mixed))
 
 
@@ -76,20 +81,20 @@ def test_the_minsr_kernel_and_solve_are_64_bit(dtype):
     Obar = jac.dense()
     solver = precond.minsr(diag_shift=1e-4)
     wide = {"float32_mixed": jnp.float64, "complex64_mixed": jnp.complex128}[dtype]
-    exact = solver(precond.from_dense(Obar.astype(wide), mode), eps.astype(wide), mode)
+    exact = solver(from_dense(Obar.astype(wide), mode), eps.astype(wide), mode)
     mixed = precond.solving_in(solver, jnp.float64)(jac, eps, mode)
     single = solver(jac, eps, mode)
     assert relative(mixed, exact) < 1e-5
     assert relative(single, exact) > 30 * relative(mixed, exact)
     # with a dense Jacobian the last product is 64-bit too
-    dense_mixed = precond.solving_in(solver, jnp.float64)(precond.from_dense(Obar, mode), eps, mode)
+    dense_mixed = precond.solving_in(solver, jnp.float64)(from_dense(Obar, mode), eps, mode)
     assert relative(dense_mixed, exact) < 1e-10
 
 
 def test_cg_is_left_in_the_parameters_precision():
     """CG's products with O run in 32-bit: solving_in passes it through unchanged (same bits)."""
     problem, state, eps, jac, mode = one_batch("float32_mixed", extra=["preconditioner.solver=cg"])
-    assert isinstance(state.solver, precond.CGState) and state.solver.x0.dtype == jnp.float32
+    assert isinstance(state.solver, CGState) and state.solver.x0.dtype == jnp.float32
     plain = precond.sr(solver="cg")
     x, new, _ = problem.precondition.update(jac, eps, mode, state.solver)
     x_plain, new_plain, _ = plain.update(jac, eps, mode, state.solver)

@@ -141,6 +141,7 @@ def test_jastrow_log_derivatives_are_the_pair_products(dtype):
     sigma_KxN = jnp.asarray(list(itertools.product([1, -1], repeat=n)), jnp.int8)
     model = Jastrow(param_dtype=dtype)
     w_P = _random_couplings(n, dtype, seed=3)
+
     def log_psi(w, s):
         return model.apply({"params": {"pair_coupling": w}}, s)
 
@@ -291,7 +292,7 @@ from runner.core import (
     local_energy,
     precond,  # noqa: E402
 )
-from runner.core.vmc import gradient_mode  # noqa: E402
+from runner.core.wavefunction import gradient_mode  # noqa: E402
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb  # noqa: E402
 from tests.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
@@ -581,7 +582,7 @@ def test_the_cnn_convolves_by_the_form_its_batch_takes(dtype):
     from unittest import mock
 
     from models import cnn
-    from runner.core.vmc import _has_primitive
+    from runner.core.wavefunction import _has_primitive
     from runner.physics import hilbert as hb
 
     cells, n_window = 16, 9

@@ -10,10 +10,10 @@ import pytest
 
 from models import RBM
 from runner.core import observe, precond
-from runner.core.sampler import exact as exact_sampler
-from runner.core.sampler import init_chains, sample
 from runner.core.estimate import estimate
 from runner.core.problem import Problem, VMCState
+from runner.core.sampler import exact as exact_sampler
+from runner.core.sampler import init_chains, sample
 from runner.core.wavefunction import ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians, observables, pauli

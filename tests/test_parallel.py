@@ -17,10 +17,11 @@ from jax.sharding import PartitionSpec
 
 from runner import app
 from runner.config.build import build
-from runner.core import precond
-from runner.core.vmc import energy_and_update, init_state, parameter_blocks, vmc_step
+from runner.core.jacobian import parameter_blocks
+from runner.core.sr import CGState
+from runner.core.vmc import energy_and_update, init_state, vmc_step
+from runner.lifecycle import checkpoint
 from runner.parallel import distributed, mesh, runtime
-from runner.run import checkpoint
 from tests.conftest import REPO, run_cli
 from tests.test_config import compose_config
 
@@ -155,7 +156,7 @@ def test_default_solver_gives_bitwise_identical_runs_on_every_layout(tmp_path):
     CG's warm start and deflation basis) and the final estimate, on 1, 2 and 4 devices of one
     process and on 2 processes."""
     experiment = build(compose_config(LAYOUT_CASE))
-    assert isinstance(experiment.problem.precondition.init(jnp.zeros(560, jnp.complex128)), precond.CGState)
+    assert isinstance(experiment.problem.precondition.init(jnp.zeros(560, jnp.complex128)), CGState)
     execute_on_devices(experiment, tmp_path, (1, 2, 4))
     records = [json.loads(line) for line in (tmp_path / "devices1" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 25 and all(r["cg_iters"] > 0 for r in records)
@@ -317,7 +318,7 @@ def test_minsr_under_a_mesh_never_gathers_the_whole_jacobian(chunk_size):
     import dataclasses
     import re
 
-    from runner.core.vmc import jacobian
+    from runner.core.jacobian import jacobian
 
     experiment = build(compose_config(["hilbert.L=12", "model.alpha=4", "preconditioner=minsr",
                                        "sampler.n_samples=256", "sampler.n_chains=16", "exact=false"]))

@@ -1,12 +1,12 @@
-"""runner.run.preemption: SIGTERM/SIGUSR2/SIGINT set a flag, a second Ctrl-C aborts, handlers are restored."""
+"""runner.lifecycle.preemption: SIGTERM/SIGUSR2/SIGINT set a flag, a second Ctrl-C aborts, handlers are restored."""
 
 import os
 import signal
 
 import pytest
 
-from runner.run import preemption
-from runner.run.preemption import StopRequest
+from runner.lifecycle import preemption
+from runner.lifecycle.preemption import StopRequest
 
 
 def test_no_signal_no_request():
@@ -42,7 +42,7 @@ def test_second_ctrl_c_aborts_at_once():
     import sys
 
     script = ("import os, signal, time\n"
-              "from runner.run.preemption import StopRequest\n"
+              "from runner.lifecycle.preemption import StopRequest\n"
               "with StopRequest() as stop:\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"
               "    assert stop.requested() and stop.status == 'interrupted'\n"
@@ -76,3 +76,23 @@ def test_hand_over_calls_the_previous_sigusr2_handler_only():
         assert called == [signal.SIGUSR2]
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+def test_second_ctrl_c_after_the_checkpoint_says_it_was_saved():
+    """After the first Ctrl-C's checkpoint is written, the second one's sentence names its step
+    (the summary's "after saving a checkpoint" then holds too)."""
+    import subprocess
+    import sys
+
+    script = ("import os, signal, time\n"
+              "from runner.lifecycle.preemption import StopRequest\n"
+              "with StopRequest() as stop:\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    assert stop.requested()\n"
+              "    stop.checkpoint_saved(7)\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    time.sleep(10)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == preemption.SECOND_INTERRUPT_SAVED.format(step=7)
+    assert "step 7" in proc.stderr and "without" not in proc.stderr

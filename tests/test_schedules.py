@@ -12,6 +12,7 @@ import pytest
 from runner import app
 from runner.config import schedules
 from runner.config.build import build
+from runner.core.precond_types import from_dense
 from runner.core.vmc import init_state, vmc_step
 from runner.errors import ConfigError
 from runner.parallel import mesh
@@ -159,7 +160,7 @@ def test_every_preconditioner_reads_a_diag_shift_schedule(preconditioner, solver
 
     rng = np.random.default_rng(0)
     Obar, eps = rng.normal(size=(12, 40)), rng.normal(size=40)
-    jac = precond.from_dense(Obar, "real")
+    jac = from_dense(Obar, "real")
     make = getattr(precond, preconditioner)
     extra = {"cg_tol": 1e-12} if solver == "cg" else {}
     shift = optax.exponential_decay(0.1, 2, 0.5)

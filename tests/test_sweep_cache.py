@@ -1,6 +1,6 @@
 """The sweep cache: a value is returned only for the config it was stored with."""
 
-from runner.run import sweep_cache
+from runner.lifecycle import sweep_cache
 
 
 def test_value_round_trips_for_its_own_config_only(tmp_path):

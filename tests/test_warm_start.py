@@ -1,4 +1,4 @@
-"""Warm starts (runner.run.load, init_from): parameters and chains from another run on any layout,
+"""Warm starts (runner.lifecycle.load, init_from): parameters and chains from another run on any layout,
 mismatches refused, the source in the fingerprint, and `init_from: previous` chaining a sweep."""
 
 import json
@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from runner.config.build import build
 from runner.errors import ConfigError
+from runner.lifecycle import load, warm_start
 from runner.parallel import mesh
-from runner.run import load, warm_start
 from tests.conftest import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=512", "sampler.n_chains=8", "final_rounds=4", "checkpoint_every=1000"]

@@ -13,8 +13,10 @@ import jax.numpy as jnp
 from models.fast_paths import check as check_fast_paths
 from runner.config import fingerprint, schedules
 from runner.core import precond
-from runner.core.sampler import FullSumSampler, symmetry_group, training_power
-from runner.core.vmc import Problem, schedule_counts
+from runner.core.full_sum import FullSumSampler, symmetry_group
+from runner.core.problem import Problem
+from runner.core.sampler import training_power
+from runner.core.vmc import schedule_counts
 from runner.diagnostics import peaks
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.physics import pauli
@@ -55,7 +57,7 @@ class Settings:
     peak_search: int  # uniformly drawn starts of the final search for unsampled peaks (runner.diagnostics.peaks); 0: off
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
-    init_from: Any = None  # runner.run.warm_start.Source of a warm start (init_from), or None
+    init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +85,7 @@ RUNTIME_SOURCES = {
 MOVED_MODULES = {
     "runner.hilbert": "runner.physics.hilbert", "runner.operators": "runner.physics.hamiltonians",
     "runner.observables": "runner.physics.observables", "runner.sampler": "runner.core.sampler",
-    "runner.precond": "runner.core.precond", "runner.hparams_search": "runner.run.hparams_search",
+    "runner.precond": "runner.core.precond", "runner.hparams_search": "runner.lifecycle.hparams_search",
 }
 
 
@@ -139,7 +141,7 @@ def _observables(node: dict | None, hilbert, hamiltonian):
 
 
 def read_settings(config: dict) -> Settings:
-    """The top-level knobs; a warm start (`init_from`) is resolved by the run (`runner.run.warm_start`)."""
+    """The top-level knobs; a warm start (`init_from`) is resolved by the run (`runner.lifecycle.warm_start`)."""
     seed = require_int("seed", config.get("seed"), minimum=0)
     n_iter = require_int("n_iter", config.get("n_iter"), minimum=0)
     checkpoint_every = require_int("checkpoint_every", config.get("checkpoint_every"), minimum=1)
@@ -255,7 +257,7 @@ def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
 
 def build(config: dict) -> Experiment:
     """Validates the whole config and builds the experiment. Touches no device and reads no other
-    run's files (a warm start is resolved by the run: `runner.run.warm_start.resolve`).
+    run's files (a warm start is resolved by the run: `runner.lifecycle.warm_start.resolve`).
 
     Raises:
         ConfigError: naming the first bad key.

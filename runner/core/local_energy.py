@@ -27,6 +27,7 @@ def _sign_products(sigma_N, sites_xS: np.ndarray, dtype):
         product = product * source[sites_xS[..., s]]
     return product.astype(dtype)
 
+
 def _elements(ham: PauliSum, sigma_N):
     """(mel_K, diag): <sigma|H|sigma'_k> in the order of the masks, and <sigma|H|sigma>."""
     real = _real_dtype()
@@ -47,9 +48,11 @@ def _elements(ham: PauliSum, sigma_N):
     mel_K = jnp.concatenate(mels) if mels else jnp.zeros((0,), dtype)
     return mel_K, diag
 
+
 def _real_dtype():
     """The default float dtype (float64 under x64), used for matrix elements."""
     return jnp.result_type(float)
+
 
 def flip_masks(ham: PauliSum) -> np.ndarray:
     """Sign masks [K, N]: connected configuration k is sigma * mask[k] (-1 where spins flip)."""
@@ -60,6 +63,7 @@ def flip_masks(ham: PauliSum) -> np.ndarray:
         masks[start + k[:, None], group.flip_sites] = -1
         start += len(k)
     return masks
+
 
 def connected(ham: PauliSum, sigma_N):
     """Connected configurations and matrix elements of one configuration.
@@ -77,6 +81,7 @@ def connected(ham: PauliSum, sigma_N):
     mel_K, diag = _elements(ham, sigma_N)
     return sigmap_KxN, mel_K, diag
 
+
 def connected_moves(ham: PauliSum, sigma_N):
     """The connected configurations as moves, in the order of `connected`'s elements: a list
     of (sites_KxJ, delta_KxJ) groups, the K moves of a group each flipping J spins (groups by
@@ -84,6 +89,7 @@ def connected_moves(ham: PauliSum, sigma_N):
     return [
         (jnp.asarray(g.flip_sites, jnp.int32), -2 * sigma_N[g.flip_sites]) for g in ham.groups
     ]
+
 
 def local_energy(ham: PauliSum, logpsi_fn, params, sigma_N, ratio_fn=None):
     """E_loc(s) = sum_s' <s|H|s'> psi(s') / psi(s) for one configuration.
@@ -111,6 +117,7 @@ def local_energy(ham: PauliSum, logpsi_fn, params, sigma_N, ratio_fn=None):
     else:
         ratio_K = jnp.concatenate([ratio_fn(params, sigma_N, *move) for move in connected_moves(ham, sigma_N)])
     return sum_elements(diag, mel_K, ratio_K)
+
 
 def sum_elements(diag_x, mel_xK, ratio_xK):
     """E_loc [...] = diag + sum_k mel_k ratio_k, a zero element never multiplying its ratio (an

@@ -20,11 +20,13 @@ from runner.physics.observables import ERROR_PREFIX, MEASURED, PREFIX, STRUCTURE
 def _real():
     return jnp.result_type(float)
 
+
 class Local(NamedTuple):
     """Local values of an observable set on samples [C, T]."""
 
     values_CxTxM: jax.Array  # real, the M Pauli-sum observables (real part: they are Hermitian)
     sq_CxTxQ: jax.Array  # real, S(q) of each sample on every momentum q
+
 
 def _ratios(obs: Observables, logpsi_fn, ratio_fn, params, sigma_N):
     """psi(s'_k)/psi(s) [K] for the union's K distinct flip masks, each evaluated once."""
@@ -40,14 +42,17 @@ def _ratios(obs: Observables, logpsi_fn, ratio_fn, params, sigma_N):
     sigmap_KxN = sigma_N[None, :] * jnp.asarray(masks_KxN, sigma_N.dtype)
     return jnp.exp(logpsi_fn(params, sigmap_KxN) - logpsi_fn(params, sigma_N))
 
+
 def _in_sector(obs: Observables, sigma_N):
     """[K] whether flipping each union mask keeps total Sz (the flipped spins sum to 0)."""
     return jnp.concatenate([jnp.sum(sigma_N[sites].astype(jnp.int32), axis=1) == 0 for sites in obs.union_groups])
+
 
 def phases(obs: Observables):
     """(cos, sin) of q.r_i, [Q, N] each."""
     angle_QxN = obs.momenta_QxD @ obs.positions_NxD.T
     return np.cos(angle_QxN), np.sin(angle_QxN)
+
 
 def local_values_one(obs: Observables, logpsi_fn, params, sigma_N, ratio_fn=None):
     """(values_M, sq_Q) of one configuration: the observables' local values (real part) and S(q).
@@ -85,6 +90,7 @@ def local_values_one(obs: Observables, logpsi_fn, params, sigma_N, ratio_fn=None
     sq_Q = ((jnp.asarray(cos_QxN, real) @ s_N) ** 2 + (jnp.asarray(sin_QxN, real) @ s_N) ** 2) / obs.n_sites
     return values_M, sq_Q
 
+
 def local_values(obs: Observables, problem, params, sigma_CxTxN) -> Local:
     """Local values of every observable on every sample, in one pass (one ratio per distinct
     connected configuration), `problem.chunk_size` samples at a time.
@@ -102,10 +108,12 @@ def local_values(obs: Observables, problem, params, sigma_CxTxN) -> Local:
     values, sq = map_over_samples(jax.vmap(jax.vmap(one)), sigma_CxTxN, problem.chunk_per_chain)
     return Local(values, sq)
 
+
 def correlation_sums(sigma_CxTxN):
     """Per-chain sums of s_i s_j, [C, N, N] (real): the <Z_i Z_j> matrix needs no ratio."""
     s = sigma_CxTxN.astype(_real())
     return jnp.einsum("cti,ctj->cij", s, s)
+
 
 def measure(obs: Observables, local: Local, w_CxT=None, exact=False) -> dict:
     """Means and error bars of every observable (jittable); `w_CxT`: None for samples of
@@ -117,6 +125,7 @@ def measure(obs: Observables, local: Local, w_CxT=None, exact=False) -> dict:
     """
     columns = lambda x_CxTxM: jnp.moveaxis(x_CxTxM, 2, 0)  # noqa: E731
     return _measure_columns(obs, columns(local.values_CxTxM), columns(local.sq_CxTxQ), w_CxT, exact)[0]
+
 
 def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT, w_CxT=None, exact=False):
     """`measure` from the local values laid out observable-first, and S(q)'s Stats [Q].
@@ -138,6 +147,7 @@ def _measure_columns(obs: Observables, values_MxCxT, sq_QxCxT, w_CxT=None, exact
         out[ERROR_PREFIX + STRUCTURE_FACTOR] = stats_Q.error_of_mean[q]
         out[PREFIX + "structure_factor_q_index"] = q
     return out, stats_Q
+
 
 def step_observer(obs: Observables | None, problem) -> Callable | None:
     """The `observe` hook of `runner.core.vmc.vmc_step`: (params, sigma_CxTxN, w_CxT, step) ->
@@ -170,12 +180,14 @@ def step_observer(obs: Observables | None, problem) -> Callable | None:
 
     return observe
 
+
 def every_configuration(sampler: FullSumSampler, amplitude, params):
     """(sigma [C, T, N], w [C, T]): every configuration of a full sum's space (not one per
     orbit: most observables differ between the members of an orbit) and its exact weight."""
     every = sampler if sampler.symmetry == "none" else full_sum(sampler.hilbert, sampler.n_chains)
     sigma_CxTxN = jnp.asarray(every.sigma_CxTxN)
     return sigma_CxTxN, full_sum_weights(every, amplitude, params, sigma_CxTxN)
+
 
 def estimate(problem, obs: Observables, state, n_rounds: int = 1):
     """Energy and observables at the current parameters from the same fresh samples (of |psi|^2,
@@ -225,6 +237,7 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
     out, stats_Q = _measure_columns(obs, columns(local_R.values_CxTxM), columns(local_R.sq_CxTxQ))
     measured = {**out, "zz_sum_CxNxN": zz_CxNxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
     return chains, (energy, measured)
+
 
 def expect(obs: Observables, problem, params, sigma_CxTxN, w_CxT=None) -> dict:
     """{name: {"mean", "error"}} of every observable on given samples of |psi|^2 [C, T, N] (host

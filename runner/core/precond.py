@@ -15,43 +15,22 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from runner.core.minsr import minsr_update
-from runner.core.precond_types import Jacobian, SampleChunks, force
-from runner.core.sr import CGState, cg_tolerance, shift_at, sr_update
-from runner.errors import ConfigError, require_choice, require_int, require_number
-
-# isort: split
 # Names that moved out of this module, importable here until their callers import them from their new homes.
-from runner.core.minsr import (  # noqa: F401  # moved: callers to import from runner.core.minsr
-    _after,
-    _chunks_of,
-    _kernel_block,
-    _kernel_order,
-    _kernel_rows,
-    parameter_kernel,
-    sample_kernel,
+from runner.core.minsr import (
+    minsr_update,
 )
-from runner.core.precond_types import (  # noqa: F401  # moved: callers to import from runner.core.precond_types
-    from_dense,
-    from_products,
+from runner.core.precond_types import (
+    Jacobian,
+    SampleChunks,
+    force,
 )
-from runner.core.sr import (  # noqa: F401  # moved: callers to import from runner.core.sr
-    CG_TOL_DEFAULT,
-    CG_TOL_FLOOR,
-    _block_gram_and_force,
-    _by_chain_pairs,
-    _capped,
-    _cg_solve,
-    _dot,
-    _gram_and_force,
-    _hermitian_gram,
-    _pcg,
-    _real_dot,
-    _ritz,
-    _shifted,
-    _solve_psd,
-    _split_samples,
+from runner.core.sr import (
+    CGState,
+    cg_tolerance,
+    shift_at,
+    sr_update,
 )
+from runner.errors import ConfigError, require_choice, require_int, require_number
 
 SOLVERS = ("auto", "cholesky", "eigh", "cg")
 # solver "auto": dense Cholesky up to this many parameters, conjugate gradients above. Dense

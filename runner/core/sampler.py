@@ -17,18 +17,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from runner.core.full_sum import FULL_SUM_SYMMETRIES, FullSumSampler, orbits, symmetry_group
-from runner.core.rules import Rule, apply_move, exchange_rule, local_rule
+
+# Names that moved out of this module, importable here until their callers import them from their new homes.
+from runner.core.rules import (
+    Rule,
+    apply_move,
+    exchange_rule,
+    local_rule,
+)
 from runner.core.stats import chain_max, chain_sum
 from runner.errors import ConfigError, require_int, require_number
 from runner.physics.hilbert import Hilbert, all_states
-
-# isort: split
-# Names that moved out of this module, importable here until their callers import them from their new homes.
-from runner.core.rules import (  # noqa: F401  # moved: callers to import from runner.core.rules
-    _hoppable,
-    flip_site,
-    swap_hoppable_bond,
-)
 
 
 class ChainState(NamedTuple):

@@ -15,49 +15,27 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from runner.core.estimate import _metrics
+# Names that moved out of this module, importable here until their callers import them from their new homes.
+from runner.core.estimate import (
+    _metrics,
+)
 from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.guard import Guard, _guarded
-from runner.core.jacobian import centred, jacobian, log_derivatives
-from runner.core.local_energy import local_energies
+from runner.core.jacobian import (
+    centred,
+    jacobian,
+    log_derivatives,
+)
+from runner.core.local_energy import (
+    local_energies,
+)
 from runner.core.problem import Problem, VMCState, draw, sums_exactly
 from runner.core.sampler import init_chains
 from runner.core.stats import clip_outliers, effective_sample_fraction, statistics
-from runner.core.wavefunction import from_split, gradient_mode, to_split
-
-# isort: split
-# Names that moved out of this module, importable here until their callers import them from their new homes.
-from runner.core.estimate import (  # noqa: F401  # moved: callers to import from runner.core.estimate
-    BURN_IN_SWEEPS,
-    burn_in,
-    burn_in_sweeps,
-    estimate,
-    final_burn_in,
-    log_abs_max,
-)
-from runner.core.jacobian import (  # noqa: F401  # moved: callers to import from runner.core.jacobian
-    _accumulate_over_samples,
-    _block_products,
-    _centred_cotangent,
-    _flat_logpsi,
-    _per_sample_derivatives,
-    _root_weighted,
-    _sample_chunks,
-    parameter_blocks,
-)
-from runner.core.local_energy import (  # noqa: F401  # moved: callers to import from runner.core.local_energy
-    NONZERO_BLOCKS,
-    local_energies_of,
-    map_over_samples,
-    nonzero_local_energies,
-)
-from runner.core.wavefunction import (  # noqa: F401  # moved: callers to import from runner.core.wavefunction
-    _CONVOLUTIONS,
-    _has_primitive,
-    amplitude_of,
-    apply_model,
-    has_convolution,
-    ratio_of,
+from runner.core.wavefunction import (
+    from_split,
+    gradient_mode,
+    to_split,
 )
 
 

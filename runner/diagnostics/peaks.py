@@ -148,7 +148,7 @@ def check(problem, params, sampled_log_abs_max: float, starts_KxN, n_starts: int
         "local_energy" (the real part of E_loc at the best configuration; None when no sample
         was below it) and "configuration" ("+"/"-", site 0 first)}.
     """
-    from runner.core.vmc import local_energies_of
+    from runner.core.local_energy import local_energies_of
 
     hilbert = problem.sampler.hilbert
     log_abs = log_abs_evaluator(problem)(params)

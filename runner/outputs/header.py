@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from models.fast_paths import resolve
-from runner.core.sampler import FullSumSampler
+from runner.core.full_sum import FullSumSampler
 from runner.parallel import distributed
 
 log = logging.getLogger(__name__)

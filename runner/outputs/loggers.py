@@ -222,7 +222,6 @@ class Tracking:
         self.active = {}
 
     def open(self, start_step: int = 0) -> "Tracking":
-        import jax
 
         if not distributed.is_main():
             return self

@@ -6,8 +6,9 @@ import math
 import statistics
 
 from runner.config import fingerprint
-from runner.core.sampler import ExactSampler, FullSumSampler
-from runner.core.vmc import final_burn_in
+from runner.core.estimate import final_burn_in
+from runner.core.full_sum import FullSumSampler
+from runner.core.sampler import ExactSampler
 from runner.diagnostics import health
 from runner.parallel import distributed
 
@@ -37,7 +38,7 @@ def estimate_fields(n_sites: int, final: dict, exact_energy: float | None) -> di
 
     Args:
         n_sites: the lattice's sites (for the V-score).
-        final: the estimate's metrics (`runner.run.finish.final_estimate`); empty for none.
+        final: the estimate's metrics (`runner.lifecycle.finish.final_estimate`); empty for none.
         exact_energy: the exact ground energy, or None.
     """
     energy, variance = final.get("energy"), final.get("variance")

@@ -20,14 +20,17 @@ PROXY_VARS = ("grpc_proxy", "https_proxy", "http_proxy", "GRPC_PROXY", "HTTPS_PR
 
 _initialized: dict | None = None
 
+
 class DistributedInitError(RuntimeError):
     """The processes of a multi-process run could not find each other."""
+
 
 def _visible_gpus(env) -> list[int] | None:
     ids = [x for x in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
     if len(ids) > 1 and all(x.strip().isdigit() for x in ids):
         return list(range(len(ids)))  # indices within the visible set
     return None
+
 
 def detect_cluster(env=None) -> dict | None:
     """Multi-process settings from the launcher's environment, or None outside one.
@@ -59,14 +62,17 @@ def detect_cluster(env=None) -> dict | None:
         return {"launcher": "openmpi", **extra}
     return None
 
+
 # The coordinator port of a submitit local job: every task derives the same one from the job
 # id, below Linux's ephemeral range (32768-60999), where an outgoing connection may already
 # hold it (seen in CI: "Failed to add port to server" on process 0, process 1 waiting).
 LOCAL_PORT_RANGE = (20000, 32000)
 
+
 def submitit_local_port(job_id: str) -> int:
     low, high = LOCAL_PORT_RANGE
     return low + int(hashlib.sha1(job_id.encode()).hexdigest(), 16) % (high - low)
+
 
 def coordinator_host(parallel: dict, env=None) -> str | None:
     """The host every process connects to, when it can be known before joining."""
@@ -85,6 +91,7 @@ def coordinator_host(parallel: dict, env=None) -> str | None:
             return first
     return None
 
+
 def bypass_proxy(host: str | None, env=None) -> None:
     """Adds the coordinator host to no_proxy/NO_PROXY when a proxy variable is set.
 
@@ -98,6 +105,7 @@ def bypass_proxy(host: str | None, env=None) -> None:
         entries = [e for e in env.get(var, "").split(",") if e]
         if host not in entries:
             env[var] = ",".join([*entries, host])
+
 
 def _distributed_args(parallel: dict) -> dict:
     """`jax.distributed.initialize` arguments for the distributed and multinode backends."""
@@ -122,6 +130,7 @@ def _distributed_args(parallel: dict) -> dict:
     if parallel.get("local_device_ids") is not None:
         args["local_device_ids"] = list(parallel["local_device_ids"])
     return args
+
 
 def _join(args: dict, timeout: int) -> None:
     """`jax.distributed.initialize` under a watchdog.
@@ -159,6 +168,7 @@ def _join(args: dict, timeout: int) -> None:
     finally:
         joined.set()
         watchdog.cancel()
+
 
 def initialize(parallel: dict, x64: bool) -> None:
     """Sets process-level flags and joins the other processes, once, before any array exists.

@@ -10,6 +10,7 @@ from runner.errors import ConfigError
 
 CHAIN_AXIS = "chains"
 
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The mesh and the two shardings of the global-view core."""
@@ -29,6 +30,7 @@ class Layout:
     def n_devices(self) -> int:
         return self.mesh.devices.size
 
+
 def make_mesh(backend: str) -> Layout:
     """A one-axis mesh: one device for `single`, every device otherwise.
 
@@ -38,6 +40,7 @@ def make_mesh(backend: str) -> Layout:
     devices = jax.devices()[:1] if backend == "single" else jax.devices()
     return Layout(Mesh(np.asarray(devices), (CHAIN_AXIS,)))
 
+
 def check_chains(n_chains: int, layout: Layout) -> None:
     """Chains are split evenly over devices; refuse anything else instead of rounding."""
     if n_chains % layout.n_devices:
@@ -45,6 +48,7 @@ def check_chains(n_chains: int, layout: Layout) -> None:
             "n_chains",
             f"must be a multiple of the {layout.n_devices} devices in use (got {n_chains})",
         )
+
 
 def shard_state(tree, layout: Layout, chain_paths=("chains",)):
     """Shardings for a state pytree: leaves under a `chains` field per-chain, others replicated."""
@@ -54,6 +58,7 @@ def shard_state(tree, layout: Layout, chain_paths=("chains",)):
         return layout.chains if names & set(chain_paths) else layout.replicated
 
     return jax.tree_util.tree_map_with_path(pick, tree)
+
 
 def to_host(tree):
     """NumPy copies of a pytree of global arrays, on every process.
@@ -71,6 +76,7 @@ def to_host(tree):
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
     return jax.tree_util.tree_map(fetch, tree)
+
 
 def from_host(tree, shardings):
     """Global arrays from NumPy values that every process holds in full (e.g. a checkpoint)."""

@@ -30,6 +30,7 @@ def configure_runtime():
         option = f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold={SMALL_LOOP_BYTES}"
         os.environ["XLA_FLAGS"] = f"{flags} {option}".strip()
 
+
 def _tune_malloc():
     """Applies the unset `MALLOC_SETTINGS` to this process (glibc only) and its environment; a
     variable already set was read by glibc when the process started."""

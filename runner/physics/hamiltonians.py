@@ -28,6 +28,7 @@ def _on_sites(hilbert: Hilbert, on, key: str, uses_next: bool):
         return out
     raise ConfigError(key, f"must be sites, bonds, next_bonds or a list of site tuples (got {on!r})")
 
+
 def _finish(hilbert: Hilbert, terms, rotated=None) -> PauliSum:
     """The PauliSum of `terms` on the lattice, refusing an Sz sector it does not conserve."""
     ham = pauli_sum(hilbert.n_sites, terms)
@@ -39,10 +40,12 @@ def _finish(hilbert: Hilbert, terms, rotated=None) -> PauliSum:
         )
     return ham
 
+
 def _next_terms(hilbert: Hilbert, J2: float, key: str):
     if J2 and hilbert.next_bonds_issue:
         raise ConfigError(key, f"must be 0 on this lattice: {hilbert.next_bonds_issue}")
     return [tuple(b) for b in hilbert.next_bonds] if J2 else []
+
 
 def ising(hilbert: Hilbert, J: float = 1.0, h: float = 1.0) -> PauliSum:
     """Transverse-field Ising model H = -J sum_<ij> Z_i Z_j - h sum_i X_i.
@@ -56,6 +59,7 @@ def ising(hilbert: Hilbert, J: float = 1.0, h: float = 1.0) -> PauliSum:
     h = require_number("h", h)
     terms = [(-J, "ZZ", b) for b in hilbert.bonds] + [(-h, "X", (i,)) for i in range(hilbert.n_sites)]
     return _finish(hilbert, terms)
+
 
 def xxz(hilbert: Hilbert, J: float = 1.0, Delta: float = 1.0, hz: float = 0.0) -> PauliSum:
     """XXZ model H = J sum_<ij> (X_i X_j + Y_i Y_j + Delta Z_i Z_j) - hz sum_i Z_i.
@@ -72,6 +76,7 @@ def xxz(hilbert: Hilbert, J: float = 1.0, Delta: float = 1.0, hz: float = 0.0) -
     terms = [(c, ops, b) for b in hilbert.bonds for c, ops in ((J, "XX"), (J, "YY"), (J * Delta, "ZZ"))]
     terms += [(-hz, "Z", (i,)) for i in range(hilbert.n_sites)]
     return _finish(hilbert, terms)
+
 
 def heisenberg(
     hilbert: Hilbert, J: float = 1.0, J2: float = 0.0, sign_rule: bool | None = None
@@ -105,6 +110,7 @@ def heisenberg(
         return plain
     return marshall
 
+
 def pauli(hilbert: Hilbert, terms: list) -> PauliSum:
     """A Hamiltonian given as Pauli strings: H = sum over `terms` of coeff * ops on each site tuple.
 
@@ -135,6 +141,7 @@ def pauli(hilbert: Hilbert, terms: list) -> PauliSum:
                 raise ConfigError(f"{key}.on", f"site {list(sites)} is outside 0..{hilbert.n_sites - 1}")
             expanded.append((coeff, ops, sites))
     return _finish(hilbert, expanded)
+
 
 def _coefficient(key, value) -> complex:
     if isinstance(value, str):

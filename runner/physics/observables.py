@@ -26,6 +26,7 @@ MEASURED = "obs_measured"  # per-step flag: 1 where the step measured its observ
 
 PREFIX, ERROR_PREFIX = "obs/", "obs_error/"  # metrics.jsonl fields: obs/<name>, obs_error/<name>
 
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Observables:
     """A set of observables, built once from the config and closed over by jit.
@@ -71,6 +72,7 @@ class Observables:
         """Every reported name: the Pauli sums, then `structure_factor_zz` when reported."""
         return self.names + ((STRUCTURE_FACTOR,) if self.structure_factor else ())
 
+
 def _real():
     return jnp.result_type(float)
 
@@ -78,6 +80,7 @@ def _real():
 def _masks_of(op: PauliSum):
     """The flip masks of `op` as tuples, in the order of `local_energy.connected`'s elements."""
     return [tuple(int(s) for s in row) for g in op.groups for row in g.flip_sites]
+
 
 def make(hilbert: Hilbert, hamiltonian: PauliSum, named_ops, every: int = 0,
          structure_factor: bool = False, diagonal=None) -> Observables:
@@ -109,12 +112,15 @@ def make(hilbert: Hilbert, hamiltonian: PauliSum, named_ops, every: int = 0,
         union_groups, union_index,
     )
 
+
 def _every(every) -> int:
     return require_int("every", every, minimum=0)
+
 
 def none(hilbert: Hilbert, hamiltonian: PauliSum) -> None:
     """No observables (the default)."""
     return None
+
 
 def spin_operators(hilbert: Hilbert) -> list:
     """[(name, PauliSum)] of the standard set's Pauli sums (user's basis), without S(q)."""
@@ -133,6 +139,7 @@ def spin_operators(hilbert: Hilbert) -> list:
     }
     return [(name, pauli.pauli_sum(N, t, key=f"observables.{name}")) for name, t in terms.items()]
 
+
 def spin(hilbert: Hilbert, hamiltonian: PauliSum, every: int = 0) -> Observables:
     """The standard set: magnetization_x, magnetization_z (1/N sum_i <X_i>, <Z_i>), mz2
     (<(sum_i Z_i)^2>/N^2), zz_nn and xx_nn (mean <Z_i Z_j>, <X_i X_j> over bonds) and
@@ -148,6 +155,7 @@ def spin(hilbert: Hilbert, hamiltonian: PauliSum, every: int = 0) -> Observables
     mz2 = lambda sigma_N: jnp.sum(sigma_N.astype(_real()))**2 / N**2  # noqa: E731
     return make(hilbert, hamiltonian, spin_operators(hilbert), every, structure_factor=True,
                 diagonal={"mz2": mz2})
+
 
 def custom(hilbert: Hilbert, hamiltonian: PauliSum, operators: dict, every: int = 0) -> Observables:
     """Named Pauli sums written like the `pauli` Hamiltonian's terms.
@@ -165,6 +173,7 @@ def custom(hilbert: Hilbert, hamiltonian: PauliSum, operators: dict, every: int 
     return make(hilbert, hamiltonian, [(name, pauli_terms(hilbert, name, terms)) for name, terms in operators.items()],
                 every)
 
+
 def pauli_terms(hilbert: Hilbert, name: str, terms) -> PauliSum:
     """The PauliSum of `pauli`-style terms [{coeff, ops, on}] in the user's basis; errors name
     `observables.operators.<name>`. Any operator is allowed in an Sz sector (its elements that
@@ -178,6 +187,7 @@ def pauli_terms(hilbert: Hilbert, name: str, terms) -> PauliSum:
         # pauli's keys: "terms" or "terms[k].coeff"
         raise ConfigError(key + err.key[len("terms"):], err.message) from None
 
+
 def keep_measured(record: dict) -> dict:
     """A metrics record without the obs fields of a step that measured nothing (and the flag)."""
     record = dict(record)
@@ -185,9 +195,11 @@ def keep_measured(record: dict) -> dict:
         record = {k: v for k, v in record.items() if not k.startswith((PREFIX, ERROR_PREFIX))}
     return record
 
+
 def _number(x):
     x = float(x)
     return x if np.isfinite(x) else None
+
 
 def results(obs: Observables, measured: dict, n_per_chain: int) -> tuple[dict, dict]:
     """What a run writes: (summary fields, correlations.json) from `estimate`'s `measured`

@@ -31,6 +31,7 @@ _PRODUCT = {
 # Largest number of sites one flip mask's elements may depend on for the exact checks.
 _MAX_CHECK_SITES = 20
 
+
 class FlipGroup(NamedTuple):
     """The off-diagonal terms of the K flip masks that flip J sites each.
 
@@ -47,6 +48,7 @@ class FlipGroup(NamedTuple):
     sign_sites: np.ndarray  # int32 [K, T, S]
     coef: np.ndarray  # complex128 [K, T]
     const: np.ndarray  # complex128 [K]
+
 
 class PauliSum(NamedTuple):
     """A Hermitian sum of Pauli strings on `n_sites` spins, grouped by flip mask.
@@ -79,7 +81,9 @@ class PauliSum(NamedTuple):
         """True when every element <sigma|O|sigma'> is real (no string with an odd number of Y)."""
         return all(not np.any(g.coef.imag) and not np.any(g.const.imag) for g in self.groups)
 
+
 Hamiltonian = PauliSum
+
 
 def _canonical(coeff, ops: str, sites) -> tuple[complex, tuple]:
     """(phase * coeff, ((site, op), ...)) with sites increasing, repeated sites multiplied out."""
@@ -96,6 +100,7 @@ def _canonical(coeff, ops: str, sites) -> tuple[complex, tuple]:
         else:
             per_site[site] = op
     return phase, tuple(sorted(per_site.items()))
+
 
 def pauli_sum(n_sites: int, terms, rotated=None, key: str = "terms") -> PauliSum:
     """Builds a PauliSum from (coeff, ops, sites) triples: sum_t coeff_t prod_k ops_t[k]_{sites_t[k]}.
@@ -134,6 +139,7 @@ def pauli_sum(n_sites: int, terms, rotated=None, key: str = "terms") -> PauliSum
         canonical.append((float(c.real), "".join(op for _, op in string), tuple(s for s, _ in string)))
     return _grouped(n_sites, tuple(canonical), None if rotated is None else tuple(sorted(rotated)))
 
+
 def _grouped(n_sites: int, terms: tuple, rotated) -> PauliSum:
     diag, by_mask = [], {}
     for c, ops, sites in terms:
@@ -164,6 +170,7 @@ def _grouped(n_sites: int, terms: tuple, rotated) -> PauliSum:
         groups.append(FlipGroup(np.array(masks, np.int32).reshape(-1, J), sign_sites, coef, const))
     return PauliSum(n_sites, terms, diag_sites, diag_coef, tuple(groups), rotated)
 
+
 def rotate(op: PauliSum, sites) -> PauliSum:
     """U O U with U = prod_{i in sites} Z_i: each X or Y on a rotated site gets a factor -1.
 
@@ -176,11 +183,13 @@ def rotate(op: PauliSum, sites) -> PauliSum:
     total = sites.symmetric_difference(op.rotated or ())
     return _grouped(op.n_sites, terms, tuple(sorted(total)) if total else None)
 
+
 def rotate_like(ham: PauliSum, op: PauliSum) -> PauliSum:
     """`op` (given in the user's original basis) in the basis `ham` is simulated in: U op U
     with U the rotation `ham` applied. Expectation values of the result in the model's state
     are those of `op` in the original basis."""
     return rotate(op, ham.rotated or ())
+
 
 def _sign_patterns(group: FlipGroup, k: int, n_sites: int, with_flips: bool):
     """(sigma [A, N], elements [A]) of mask k on every sign pattern of the sites they depend on."""
@@ -196,9 +205,11 @@ def _sign_patterns(group: FlipGroup, k: int, n_sites: int, with_flips: bool):
     elements = _np_signs(group.sign_sites[k], sigma) @ group.coef[k] + group.const[k]
     return sigma[:, :n_sites], elements
 
+
 def _np_signs(sign_sites_TxS, sigma_ext_AxN1):
     """prod_s sigma_ext[sign_sites[t, s]] for each row: [A, T]."""
     return np.prod(sigma_ext_AxN1[:, sign_sites_TxS], axis=-1).astype(np.float64)
+
 
 def not_invariant_under(ham: PauliSum, perm_GxN) -> int | None:
     """The first row g of the site permutations perm_GxN (site i -> perm[g, i]) that does not map
@@ -218,6 +229,7 @@ def not_invariant_under(ham: PauliSum, perm_GxN) -> int | None:
             return g
     return None
 
+
 def is_stoquastic(ham: PauliSum, tol: float = 1e-12) -> bool:
     """Every off-diagonal element <sigma'|H|sigma> is real and <= 0, for every configuration."""
     for group in ham.groups:
@@ -226,6 +238,7 @@ def is_stoquastic(ham: PauliSum, tol: float = 1e-12) -> bool:
             if np.any(np.abs(elements.imag) > tol) or np.any(elements.real > tol):
                 return False
     return True
+
 
 def conserves_sz(ham: PauliSum, tol: float = 1e-12) -> bool:
     """True when H commutes with sum_i Z_i: every element that changes the magnetisation is 0."""
@@ -236,6 +249,7 @@ def conserves_sz(ham: PauliSum, tol: float = 1e-12) -> bool:
             if np.any(np.abs(elements[change != 0]) > tol):
                 return False
     return True
+
 
 def elements_np(ham: PauliSum, states_DxN: np.ndarray):
     """NumPy elements on a batch of configurations: (diag [D], [(group, mel_DxK), ...]) with
@@ -249,6 +263,7 @@ def elements_np(ham: PauliSum, states_DxN: np.ndarray):
         signs = np.prod(ext[:, group.sign_sites], axis=-1).astype(np.float64)  # [D, K, T]
         out.append((group, np.einsum("dkt,kt->dk", signs, coef) + const))
     return diag, out
+
 
 def to_sparse(ham: PauliSum, states: np.ndarray):
     """The operator as a scipy CSR matrix on the basis `states` [D, N] (int8 +-1).

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from runner.config import fingerprint
 from runner.errors import ConfigError, require_bool
-from runner.run import checkpoint, rundir
-from runner.run.load import load, refuse_difference, stored_fingerprint
+from runner.lifecycle import checkpoint, rundir
+from runner.lifecycle.load import load, refuse_difference, stored_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +20,7 @@ PARAMETER_KEYS = ("model.", "hilbert.", "dtype.")
 
 # Continuing a run's chains also needs its number of chains and magnetisation sector.
 CHAIN_KEYS = ("sampler.n_chains", "hilbert.total_sz")
+
 
 @dataclasses.dataclass(frozen=True)
 class Source:
@@ -42,6 +43,7 @@ class Source:
         not its path (a moved run directory starts the same numbers)."""
         return {"fingerprint": self.digest, "step": self.step, "chains": self.chains}
 
+
 def job_dir(sweep_dir, num: int) -> Path | None:
     """The run directory of job `num` of a sweep, found by the job number Hydra records in each
     job's .hydra/hydra.yaml (whatever `hydra.sweep.subdir` names it), or None."""
@@ -58,6 +60,7 @@ def job_dir(sweep_dir, num: int) -> Path | None:
         if job.get("num") == num:
             return path.parent.parent
     return None
+
 
 def _previous_run(sweep_job) -> Path | None:
     """The run directory `init_from: previous` names: the previous job of a sequential sweep
@@ -82,6 +85,7 @@ def _previous_run(sweep_job) -> Path | None:
             "points only with a sequential launcher (the default basic one), or give a run directory",
         )
     return found
+
 
 def source(config: dict, sweep_job=None) -> Source | None:
     """The warm start a config asks for (`init_from`, `init_chains`), checked against the source.
@@ -129,6 +133,7 @@ def source(config: dict, sweep_job=None) -> Source | None:
                           "init_chains needs the same number of chains and Sz sector (or init_chains=false)")
     return Source(run_dir, int(meta["step"]), record["hash"], chains)
 
+
 def resolve(experiment, config: dict, sweep_job=None):
     """The experiment with its warm start: the source run found, checked against `config`, and
     its identity in the fingerprint. `sweep_job`: see `source`."""
@@ -166,6 +171,7 @@ def warm_start(experiment, state, shardings):
     log.info("warm start: %s of %s (step %d)", "parameters and chains" if src.chains else "parameters",
              src.run_dir, trained.meta["step"])
     return state
+
 
 def _check_like(tree, like, what, run_dir):
     import jax

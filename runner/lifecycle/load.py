@@ -9,7 +9,7 @@ from typing import Any
 from runner.config import fingerprint
 from runner.config.build import build
 from runner.errors import ConfigError
-from runner.run import checkpoint, rundir
+from runner.lifecycle import checkpoint, rundir
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +35,21 @@ class Trained:
     state: Any
     meta: dict
 
+
 def read_config(run_dir) -> dict:
     """The resolved config a run was composed with (Hydra's RUN_DIR/.hydra/config.yaml).
 
     Raises:
-        ConfigError: the directory holds no such record.
+        ConfigError: the directory holds no such record, or a key the runner no longer has at a
+        value other than the one that behaved as today's code does (`fingerprint.without_retired`).
     """
     from omegaconf import OmegaConf
 
     path = Path(run_dir) / rundir.CONFIG
     if not path.is_file():
         raise ConfigError("run directory", f"{run_dir} holds no {rundir.CONFIG} (not a run directory)")
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return fingerprint.without_retired(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+
 
 def read_overrides(run_dir) -> list[str]:
     """The command-line overrides a run was composed with (RUN_DIR/.hydra/overrides.yaml)."""
@@ -55,6 +58,7 @@ def read_overrides(run_dir) -> list[str]:
     path = Path(run_dir) / rundir.OVERRIDES
     return [str(o) for o in (yaml.safe_load(path.read_text()) or [])] if path.is_file() else []
 
+
 def stored_fingerprint(run_dir) -> dict:
     """The config fingerprint record ({"hash", "config"}) of a run's checkpoint; for a
     checkpoint written before fingerprints, the one of its .hydra/config.yaml."""
@@ -62,6 +66,7 @@ def stored_fingerprint(run_dir) -> dict:
     if isinstance(record, dict) and isinstance(record.get("config"), dict):
         return record
     return fingerprint.record(fingerprint.of(fingerprint.fingerprinted(read_config(run_dir), None)))
+
 
 def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: str, here: str = "this config"):
     """Raises ConfigError naming the first key under `prefixes` whose value differs between two
@@ -72,13 +77,12 @@ def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: st
         key, old, new = diff
         raise ConfigError(key, f"is {fingerprint.show(new)} in {here} but {fingerprint.show(old)} in {where}; {why}")
 
+
 def experiment_of(config: dict):
-    """The experiment of a run's config, without its warm start (its parameters are in its own
-    checkpoint) and without the keys the runner no longer has where they hold the value that
-    behaved as today's code does (`fingerprint.RETIRED`; any other value is refused). Touches no
-    device."""
-    kept = {k: v for k, v in config.items() if not (k in fingerprint.RETIRED and v == fingerprint.RETIRED[k])}
-    return build({**kept, "init_from": None, "init_chains": False})
+    """The experiment of a run's config (`read_config`'s), without its warm start (its parameters
+    are in its own checkpoint). Touches no device."""
+    return build({**config, "init_from": None, "init_chains": False})
+
 
 def state_like(experiment):
     """Shapes and dtypes of the experiment's VMCState (`jax.ShapeDtypeStruct` leaves), under the
@@ -91,6 +95,7 @@ def state_like(experiment):
     sigma_N = jax.ShapeDtypeStruct((experiment.hilbert.n_sites,), jnp.int8)
     init = functools.partial(init_state, experiment.problem, experiment.settings.seed)
     return jax.eval_shape(init, sigma_N)
+
 
 def load(run_dir, experiment=None) -> Trained:
     """Reads a run's checkpoint into the state structure of the run's own config.

@@ -17,6 +17,8 @@ from runner.parallel import distributed
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 EXIT_PREEMPTED = 3  # exit status of a run stopped by SIGTERM/SIGUSR2 after saving its checkpoint
 SECOND_INTERRUPT = "Interrupted again: stopped at once, without a checkpoint of the current step."
+# ... or, once the first Ctrl-C's checkpoint is written (`StopRequest.checkpoint_saved`):
+SECOND_INTERRUPT_SAVED = "Interrupted again: stopped at once, after saving the checkpoint of step {step}."
 EXIT_INTERRUPTED = 130  # Ctrl-C, after saving its checkpoint: the shell's 128 + SIGINT
 
 
@@ -42,6 +44,7 @@ class StopRequest:
     def __init__(self):
         self.signum = None
         self.agreed = None
+        self.saved_step = None  # the step whose checkpoint the stop saved (`checkpoint_saved`)
         self._previous = {}
 
     def __enter__(self):
@@ -63,10 +66,15 @@ class StopRequest:
             # A second Ctrl-C: the user does not want to wait for the step boundary. Leave at
             # once: an exception raised here could land in any frame (a finally block, a
             # callback from XLA) and end as a traceback instead of this sentence.
-            print(SECOND_INTERRUPT, file=sys.stderr, flush=True)
+            sentence = SECOND_INTERRUPT if self.saved_step is None else SECOND_INTERRUPT_SAVED.format(step=self.saved_step)
+            print(sentence, file=sys.stderr, flush=True)
             os._exit(EXIT_INTERRUPTED)
         if self.signum is None:
             self.signum = signum
+
+    def checkpoint_saved(self, step: int):
+        """Records that the stop's checkpoint (of `step`) is written: a second Ctrl-C says so."""
+        self.saved_step = step
 
     def requested(self) -> bool:
         """True on every process when any process has received a stop signal."""

@@ -10,15 +10,15 @@ from pathlib import Path
 import jax
 
 from runner.core import observe
-from runner.core.vmc import burn_in, estimate, final_burn_in
+from runner.core.estimate import burn_in, estimate, final_burn_in
 from runner.diagnostics import peaks
+from runner.lifecycle import rundir, sweep_cache
+from runner.lifecycle.loop import Training, save_checkpoint
 from runner.outputs.plot import plot_energy
 from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
 from runner.physics import observables
 from runner.physics.exact import ground_energy, wants_exact
-from runner.run import rundir, sweep_cache
-from runner.run.loop import Training, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,18 @@ def exact_energy(experiment, sweep_dir: Path | None) -> float | None:
     return energy
 
 
+def compile_final_estimate(experiment, state, shardings, layout, sweeps: int):
+    """The final estimate's function (`final_estimate`), compiled for states shaped and placed like
+    `state`: state -> (chains, energy metrics, or (energy metrics, measured) with observables)."""
+    problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
+    if obs is None:
+        fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
+    else:  # the energy and the observables from the same samples
+        fn = functools.partial(observe.estimate, problem, obs, n_rounds=settings.final_rounds)
+    return jax.jit(lambda s: fn(burn_in(problem, s, sweeps)), in_shardings=(shardings,),
+                   out_shardings=(shardings.chains, layout.replicated)).lower(state).compile()
+
+
 def final_estimate(experiment, state, shardings, layout, sweeps: int):
     """THE final estimate: the energy (and the observables, from the same fresh samples) at
     `state`'s parameters, after `sweeps` sweeps of burn-in (`runner.core.vmc.burn_in`).
@@ -69,12 +81,7 @@ def final_estimate(experiment, state, shardings, layout, sweeps: int):
         correlations.json), else None).
     """
     problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
-    if obs is None:
-        fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
-    else:  # the energy and the observables from the same samples
-        fn = functools.partial(observe.estimate, problem, obs, n_rounds=settings.final_rounds)
-    est = jax.jit(lambda s: fn(burn_in(problem, s, sweeps)),
-                  in_shardings=(shardings,), out_shardings=(shardings.chains, layout.replicated))
+    est = compile_final_estimate(experiment, state, shardings, layout, sweeps)
     out = mesh.to_host(est(state)[1])
     if obs is None:
         return {k: finite(v) for k, v in out.items()}, None

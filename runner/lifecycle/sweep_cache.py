@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from runner.config import fingerprint
-from runner.run import checkpoint
+from runner.lifecycle import checkpoint
 
 
 def path(directory, key: dict) -> Path:

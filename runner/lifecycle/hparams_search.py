@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from runner.errors import ConfigError
-from runner.run.rundir import SUMMARY
+from runner.lifecycle.rundir import SUMMARY
 
 log = logging.getLogger(__name__)
 
@@ -14,6 +14,9 @@ METRICS = ("energy", "v_score", "variance", "relative_error")  # summary.json fi
 # A failed, diverged or preempted trial's value: finite (Optuna's samplers rank trials by value)
 # and worse than any real one, so the search learns to avoid its region instead of stopping.
 PENALTY = 1e10
+# Loggers whose INFO lines are set-up noise of the study's store: alembic's plugin set-up (on
+# importing optuna) and migrations, optuna's "A new study created in RDB". Their warnings stay.
+STORAGE_LOGGERS = ("alembic", "optuna.storages._rdb.storage")
 
 
 def check(config: dict) -> str:
@@ -60,9 +63,17 @@ def run_trial(fn, run_dir: Path, metric: str, direction: str = "minimize") -> fl
     return objective(summary, metric, direction)
 
 
+def quiet_storage_logs():
+    """Sets the store's set-up loggers (`STORAGE_LOGGERS`) to WARNING: called before Hydra loads
+    the Optuna sweeper (whose import of optuna already logs alembic's set-up) and with the store."""
+    for name in STORAGE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def sqlite_storage(path: str) -> str:
     """The Optuna storage URL of a SQLite file, its folder created (the sweeper opens the study
-    before the launcher creates the sweep directory)."""
+    before the launcher creates the sweep directory), its set-up noise silenced."""
+    quiet_storage_logs()
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"

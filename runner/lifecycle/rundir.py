@@ -7,9 +7,9 @@ is refused there.
     RUN_DIR/summary.json       the result, or why there is none (a failed or stopped run's reason)
     RUN_DIR/correlations.json  with observables
     RUN_DIR/energy.png
-    RUN_DIR/checkpoint/        `runner.run.checkpoint.FILENAME`
+    RUN_DIR/checkpoint/        `runner.lifecycle.checkpoint.FILENAME`
     RUN_DIR/evaluation.json    `runner.evaluate`'s result
-    SWEEP_DIR/.exact_cache/    exact energies shared by a sweep's points (`runner.run.sweep_cache`)
+    SWEEP_DIR/.exact_cache/    exact energies shared by a sweep's points (`runner.lifecycle.sweep_cache`)
 
 The trackers' files (tensorboard/, mlflow.db, .mlflow_run_id) are named by `runner.outputs.loggers`.
 """
@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from runner.config import fingerprint
-from runner.run import checkpoint
+from runner.lifecycle import checkpoint
 
 HYDRA = ".hydra"
 CONFIG = f"{HYDRA}/config.yaml"  # the resolved config the run was composed with
@@ -70,6 +70,31 @@ def resumable(run_dir: Path, settings) -> bool:
     fingerprint.check(meta.get("config_fingerprint"), settings.fingerprint, run_dir,
                       ignore=fingerprint.RESUME_IGNORES)
     return True
+
+
+def replacing(run_dir: Path, settings) -> str | None:
+    """With resume=false over a completed run: the one line that says what starting over replaces
+    (the first key whose value differs from the stored summary's fingerprint, or that it reruns
+    the same config); None when there is no completed run to replace."""
+    path = run_dir / SUMMARY
+    if settings.resume or not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError:
+        return None
+    if summary.get("status") != "completed":
+        return None
+    stored = summary.get("config_fingerprint")
+    stored = stored.get("config") if isinstance(stored, dict) else None
+    if not isinstance(stored, dict):
+        return f"resume=false: replacing the completed run in {run_dir} (its config predates fingerprints)"
+    difference = fingerprint.first_difference(stored, settings.fingerprint)
+    if difference is None:
+        return f"resume=false: rerunning the completed run in {run_dir} with the same config"
+    key, old, new = difference
+    return (f"resume=false: replacing the completed run in {run_dir} "
+            f"({key} was {fingerprint.show(old)}, now {fingerprint.show(new)})")
 
 
 def check_run_dir(run_dir: Path, settings):

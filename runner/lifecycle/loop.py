@@ -15,11 +15,11 @@ from tqdm import tqdm
 from runner.config import fingerprint
 from runner.core import observe
 from runner.core.vmc import vmc_step
+from runner.lifecycle import checkpoint, rundir
+from runner.lifecycle.preemption import StopRequest
 from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
 from runner.physics import observables
-from runner.run import checkpoint, rundir
-from runner.run.preemption import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -197,10 +197,11 @@ def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log
         if step + 1 == settings.n_iter:
             break
         if stop.requested():
-            status = stop.status
-            reason = f"{stop.describe()} received; stopped at step {step + 1} after saving a checkpoint"
             log.warning("%s received: saving a checkpoint at step %d", stop.describe(), step + 1)
             save_checkpoint(run_dir, state, settings, step + 1)
+            stop.checkpoint_saved(step + 1)  # only now may a second Ctrl-C's sentence and the summary say so
+            status = stop.status
+            reason = f"{stop.describe()} received; stopped at step {step + 1} after saving a checkpoint"
             break
         if (step + 1) % settings.checkpoint_every == 0:
             save_checkpoint(run_dir, state, settings, step + 1)
