@@ -26,7 +26,6 @@ from runner.parallel import distributed, mesh
 
 log = logging.getLogger(__name__)
 
-_check_run_dir = rundir.check_run_dir  # its old name here, which tests/test_schedules.py still calls
 
 
 def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, raise_config_errors=False) -> dict | float:

@@ -200,7 +200,7 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
 
     from runner.config.build import build
     from runner.lifecycle import finish
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
     calls, sent = [], []
@@ -221,7 +221,7 @@ def test_broadcast_keeps_every_bit():
 @pytest.mark.slow
 def test_two_processes_share_the_exact_energy(tmp_path):
     from tests.dense import dense_ising
-    from tests.test_parallel import free_port, start_distributed
+    from tests.integration.test_parallel import free_port, start_distributed
 
     overrides = ["hilbert.L=6", "n_iter=2", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=1",
                  "exact=true"]
@@ -359,7 +359,7 @@ def nan_run(tmp_path, caplog, overrides):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     experiment = build(compose_config(overrides))
     with caplog.at_level("INFO", logger="runner"), pytest.raises(SystemExit) as exit_info:
@@ -381,7 +381,7 @@ def test_health_warnings_are_in_the_summary_and_printed(tmp_path, caplog):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     # two steps from random parameters: far from the exact energy; CG allowed 2 iterations a step
     experiment = build(compose_config([*RUN, "n_iter=2", "exact=true", "preconditioner.solver=cg",

@@ -10,7 +10,7 @@ import pytest
 from runner.doctor import Report, check_proxies
 from runner.parallel import distributed
 from tests.conftest import REPO
-from tests.test_parallel import free_port, start_distributed
+from tests.integration.test_parallel import free_port, start_distributed
 
 
 def doctor(args, env=None, timeout=120):

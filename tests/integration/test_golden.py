@@ -9,14 +9,12 @@ import functools
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import golden  # noqa: E402
+from tests.integration import golden
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = golden.HERE / "run_6dc7890"

@@ -15,9 +15,10 @@ from runner.config.build import build
 from runner.core.precond_types import from_dense
 from runner.core.vmc import init_state, vmc_step
 from runner.errors import ConfigError
+from runner.lifecycle import rundir
 from runner.parallel import mesh
+from tests.config.test_build import compose_config
 from tests.conftest import REPO, run_cli
-from tests.test_config import compose_config
 
 RUN = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
        "checkpoint_every=100", "preconditioner.solver=cholesky"]
@@ -145,7 +146,7 @@ def test_the_fingerprint_covers_the_schedule_nodes(tmp_path):
     execute([*SCHEDULED, "n_iter=2"], tmp_path)
     other = LR.replace("alpha:0.1", "alpha:0.2")
     with pytest.raises(ConfigError) as err:
-        app._check_run_dir(tmp_path, build(compose_config([*RUN, *SCHEDULED, f"optimizer.learning_rate={other}",
+        rundir.check_run_dir(tmp_path, build(compose_config([*RUN, *SCHEDULED, f"optimizer.learning_rate={other}",
                                                              "n_iter=4"])).settings)
     assert err.value.key == "optimizer.learning_rate.alpha" and "0.2 in this config but 0.1" in err.value.sentence()
 

@@ -16,8 +16,8 @@ from runner.core.stats import Stats
 from runner.core.vmc import init_state, vmc_step
 from runner.errors import ConfigError
 from runner.parallel import mesh
-from tests.test_config import compose_config
-from tests.test_parallel import assert_identical_runs, energies, execute_on_devices
+from tests.config.test_build import compose_config
+from tests.integration.test_parallel import assert_identical_runs, energies, execute_on_devices
 
 CASE = ["hilbert.L=8", "model=rbm", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
         "checkpoint_every=100"]
@@ -152,7 +152,7 @@ def two_schedules(learning_rate):
 @pytest.mark.parametrize("override, message", [
     (["reject_jump=0"], "must be a positive number"),
     (["reject_jump=-1"], "must be a positive number"),
-    (["reject_jump=3", f"optimizer.learning_rate={SCHEDULE}", "optimizer._target_=tests.test_guard.two_schedules"],
+    (["reject_jump=3", f"optimizer.learning_rate={SCHEDULE}", "optimizer._target_=tests.core.test_guard.two_schedules"],
      "one ScaleByScheduleState"),
     (["reject_jump=3", "sampler=full_sum"], "full_sum"),
 ])

@@ -18,9 +18,9 @@ from runner.core.wavefunction import amplitude_of, ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
+from tests.config.test_build import compose_config
+from tests.core.test_gradients import _problem
 from tests.dense import basis_index, dense_heisenberg, dense_psi
-from tests.test_config import compose_config
-from tests.test_gradients import _problem
 
 
 class ScaledRBM(RBM):
@@ -66,7 +66,7 @@ def test_partial_declaration_is_refused_with_one_sentence():
 
 def test_build_refuses_a_partial_declaration():
     with pytest.raises(ConfigError) as info:
-        build(compose_config(["model._target_=tests.test_fast_paths.PartialRBM"]))
+        build(compose_config(["model._target_=tests.models.test_fast_paths.PartialRBM"]))
     assert info.value.key == "model" and "sampler_update" in info.value.message
 
 

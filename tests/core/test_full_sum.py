@@ -24,11 +24,11 @@ from runner.errors import ConfigError
 from runner.parallel import mesh
 from runner.physics import exact, hamiltonians, pauli
 from runner.physics import hilbert as hb
+from tests.config.test_build import compose_config
 from tests.conftest import REPO, run_cli
-from tests.test_config import compose_config
+from tests.core.test_gradients import _exact_weighted, _setup
+from tests.integration.test_parallel import assert_identical_runs, energies, free_port, start_distributed
 from tests.test_evaluate import evaluated
-from tests.test_gradients import _exact_weighted, _setup
-from tests.test_parallel import assert_identical_runs, energies, free_port, start_distributed
 
 SHIFT = 0.05
 PRECONDITIONERS = {

@@ -22,8 +22,8 @@ from runner.core.sr import CGState
 from runner.core.vmc import energy_and_update, init_state, vmc_step
 from runner.lifecycle import checkpoint
 from runner.parallel import distributed, mesh, runtime
+from tests.config.test_build import compose_config
 from tests.conftest import REPO, run_cli
-from tests.test_config import compose_config
 
 # Each case covers a Hamiltonian, a real or complex model, a sampler and a preconditioner.
 CASES = {

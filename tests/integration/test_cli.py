@@ -169,7 +169,7 @@ def test_nan_energy_fails_and_keeps_last_good_checkpoint(tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     config = compose_config([*SMALL, "n_iter=4", "checkpoint_every=2", "exact=false"])
     experiment = build(config)

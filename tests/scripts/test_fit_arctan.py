@@ -22,7 +22,7 @@ import pytest
 
 from models import common
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # The quoted bounds are printed to two digits (the shipped fits' errors are 2.43e-9 and 5.21e-17):
 # anything that rounds to them.

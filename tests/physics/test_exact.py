@@ -80,7 +80,7 @@ def test_energy_of_a_state_matches_dense(lattice, make_ham):
 @pytest.mark.parametrize("kind", ["ising", "heisenberg", "xxz", "pauli"])
 @pytest.mark.parametrize("lattice_name", ["triangular3_pbc", "honeycomb2_pbc", "kagome1x3_pbc", "chain5_obc", "graph5"])
 def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name, kind):
-    from tests.test_operators import SMALL_LATTICES, _hamiltonian_and_dense
+    from tests.physics.test_hamiltonians import SMALL_LATTICES, _hamiltonian_and_dense
 
     lattice = SMALL_LATTICES[lattice_name]()
     ham, H = _hamiltonian_and_dense(kind, lattice)
@@ -110,7 +110,7 @@ def test_lanczos_in_sz_sectors(make):
 def test_required_bytes_and_build_refuses_exact_true_beyond_memory():
     from runner.config.build import build
     from runner.errors import ConfigError
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     assert exact.required_bytes(hb.chain(21)) == 2 * exact.required_bytes(hb.chain(20))
     assert exact.required_bytes(hb.chain(20, total_sz=0)) > 2**20 * 16  # the code scan of the full space

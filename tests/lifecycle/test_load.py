@@ -12,7 +12,7 @@ from runner.config import fingerprint
 from runner.errors import ConfigError
 from runner.lifecycle import load
 
-OLD_RUN = Path(__file__).resolve().parent / "integration" / "golden" / "run_6dc7890" / "run"
+OLD_RUN = Path(__file__).resolve().parents[1] / "integration" / "golden" / "run_6dc7890" / "run"
 
 
 def test_reads_config_overrides_and_fingerprint_of_an_old_run():

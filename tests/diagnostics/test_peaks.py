@@ -17,7 +17,7 @@ from runner.diagnostics import health, peaks
 from runner.parallel import mesh
 from runner.physics.hilbert import all_states, chain
 from tests import dense
-from tests.test_config import compose_config
+from tests.config.test_build import compose_config
 
 
 def _swaps(x):

@@ -310,7 +310,7 @@ def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     experiment = build(compose_config(["observables=spin", "observables.every=2", "n_iter=4", "hilbert.L=6",
                                        "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=2",
@@ -346,7 +346,7 @@ def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
 @pytest.mark.parametrize("option", ["none", "spin", "custom"])
 def test_every_option_composes_and_builds(option, repo):
     from runner.config.build import build
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     assert (repo / "conf" / "observables" / f"{option}.yaml").is_file()
     obs = build(compose_config([f"observables={option}", "hamiltonian=heisenberg", "hamiltonian.sign_rule=true"])).observables

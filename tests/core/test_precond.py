@@ -233,7 +233,7 @@ def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
 
     from runner.config.build import build
     from runner.core.sampler import sample
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     experiment = build(compose_config([*MODEL_CASES[case], "preconditioner=minsr", "sampler.n_samples=64",
                                        "sampler.n_chains=8", "exact=false"]))
@@ -270,7 +270,7 @@ def test_chunked_minsr_memory_is_bounded_by_the_chunk():
     import dataclasses
 
     from runner.config.build import build
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     experiment = build(compose_config(["hilbert.L=36", "model.alpha=16", "preconditioner=minsr",
                                        "sampler.n_samples=2048", "sampler.n_chains=16", "exact=false"]))
@@ -353,7 +353,7 @@ def test_max_norm_caps_the_step_length_in_the_metric(kind, solver):
 
 def test_a_capped_sr_step_is_bitwise_the_same_on_every_layout():
     """SR's capped direction and its length (a dot product over parameters) are the same bits
-    on 1, 2 and 4 devices under a mesh (minSR's: tests/test_parallel.py, in whole runs)."""
+    on 1, 2 and 4 devices under a mesh (minSR's: tests/integration/test_parallel.py, in whole runs)."""
     mode = "holomorphic"
     Obar, eps = _centred_jacobian(3, 40, 16 * 24, "holomorphic")
     p = precond.sr(diag_shift=0.01, solver="cholesky", max_norm=0.1)
@@ -397,8 +397,8 @@ def test_spring_state_survives_checkpoint_and_resume(tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.test_config import compose_config
-    from tests.test_parallel import assert_identical_runs, checkpoint_leaves
+    from tests.config.test_build import compose_config
+    from tests.integration.test_parallel import assert_identical_runs, checkpoint_leaves
 
     experiment = build(compose_config([*MODEL_CASES["rbm_holomorphic"], "preconditioner=minsr",
                                        "preconditioner.momentum=0.9", "chunk_size=32", "sampler.n_samples=128",

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from runner.config.build import GROUPS, build
 from runner.errors import ConfigError
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 # Options that need a compatible choice elsewhere to make a valid experiment.
 COMPANIONS = {

@@ -20,8 +20,8 @@ from runner.core.sampler import sample
 from runner.core.vmc import init_state, vmc_step
 from runner.core.wavefunction import gradient_mode
 from runner.parallel import mesh
+from tests.config.test_build import compose_config
 from tests.conftest import REPO, run_cli
-from tests.test_config import compose_config
 
 BASE = ["hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
         "dtype=complex128", "sampler.n_samples=256", "sampler.n_chains=8", "exact=false", "final_rounds=2"]

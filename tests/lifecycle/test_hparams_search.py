@@ -11,10 +11,10 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO
 
 from runner.errors import ConfigError
 from runner.lifecycle import hparams_search
+from tests.conftest import REPO
 
 TINY = ["hilbert.L=6", "sampler.n_samples=128", "n_iter=10", "final_rounds=1", "exact=false"]
 DIVERGING = {"optimizer.learning_rate": 50.0, "preconditioner.diag_shift": 1e-4}  # NaN within 10 steps
@@ -188,7 +188,7 @@ def test_trials_return_their_objective_through_submitit(tmp_path):
 @pytest.mark.slurm
 def test_trials_run_as_concurrent_slurm_jobs(tmp_path):
     """The search on the local SLURM (`make slurm-up`): two trials as two SLURM jobs at once, their
-    values in the study; skipped without SLURM like tests/test_slurm.py."""
+    values in the study; skipped without SLURM like tests/integration/test_slurm.py."""
     from test_slurm import _REASON
 
     if _REASON is not None:

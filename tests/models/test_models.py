@@ -295,8 +295,8 @@ from runner.core import (
 from runner.core.wavefunction import gradient_mode  # noqa: E402
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb  # noqa: E402
+from tests.core.test_gradients import _exact_energy, _exact_weighted, _problem, _wirtinger_reference  # noqa: E402
 from tests.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
-from tests.test_gradients import _exact_energy, _exact_weighted, _problem, _wirtinger_reference  # noqa: E402
 
 LATTICE_MODELS = {
     "rbm_symm_chain": (lambda: hb.chain(6), lambda h, d: RBMSymm(alpha=2, param_dtype=d, hilbert=h)),
@@ -457,7 +457,7 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     config = compose_config([
         "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=exact", "sampler.n_samples=512",
@@ -475,7 +475,7 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     from runner.core.sampler import sample
     from runner.core.vmc import energy_and_update, init_state
     from runner.parallel import mesh
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     # The vit at d_model 4 (under 500 parameters: the dense SR solve). At its default size SR takes
     # CG, whose first product is intermittently NaN for real parameters with complex log psi

@@ -19,10 +19,10 @@ from runner.core.problem import Problem, VMCState, draw
 from runner.core.vmc import energy_and_update
 from runner.errors import ConfigError
 from runner.parallel import mesh
+from tests.config.test_build import compose_config
 from tests.conftest import REPO, run_cli
-from tests.test_config import compose_config
-from tests.test_gradients import _exact_weighted, _setup
-from tests.test_parallel import assert_identical_runs, free_port, start_distributed
+from tests.core.test_gradients import _exact_weighted, _setup
+from tests.integration.test_parallel import assert_identical_runs, free_port, start_distributed
 
 
 def test_equal_weights_give_the_plain_statistics():

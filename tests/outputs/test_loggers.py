@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
 
 from runner import report
 from runner.errors import ConfigError
 from runner.outputs import loggers
+from tests.conftest import REPO, run_cli
 
 TINY = ["hilbert.L=6", "sampler.n_samples=128", "n_iter=10", "final_rounds=1"]
 
@@ -218,7 +218,7 @@ def _slurm_reason():
 @pytest.mark.slurm
 def test_two_concurrent_slurm_jobs_log_to_one_mlflow_store(tmp_path):
     """A 2-job sweep on the local SLURM (`make slurm-up`), both jobs running at once, each an MLflow
-    run in SWEEP_DIR/mlflow.db; skipped without SLURM like tests/test_slurm.py."""
+    run in SWEEP_DIR/mlflow.db; skipped without SLURM like tests/integration/test_slurm.py."""
     reason = _slurm_reason()
     if reason is not None:
         pytest.skip(reason)

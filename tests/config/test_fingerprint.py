@@ -4,7 +4,7 @@ import pytest
 
 from runner.config import fingerprint
 from runner.errors import ConfigError
-from tests.test_config import compose_config
+from tests.config.test_build import compose_config
 
 
 def test_fingerprint_covers_the_numbers_and_not_the_run_knobs():

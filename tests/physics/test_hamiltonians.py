@@ -316,7 +316,7 @@ def test_next_bond_shell_convention_against_dense():
 
 def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(caplog):
     from runner.config.build import build
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     with pytest.raises(ConfigError) as info:
         build(compose_config(["hamiltonian=ising", "sampler=metropolis_exchange"]))
@@ -343,7 +343,7 @@ def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(
 
 def test_pauli_config_option_reads_yaml_terms():
     from runner.config.build import build
-    from tests.test_config import compose_config
+    from tests.config.test_build import compose_config
 
     experiment = build(compose_config(["hamiltonian=pauli", "hilbert.L=6"]))
     reference = hamiltonians.ising(experiment.hilbert, J=1.0, h=1.0)
