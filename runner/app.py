@@ -37,7 +37,7 @@ def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, ra
     from hydra.core.hydra_config import HydraConfig
 
     direction = str(HydraConfig.get().sweeper.get("direction", "minimize"))
-    metric = str(cfg.get("optimized_metric", "energy"))
+    metric = str(cfg["optimized_metric"])
     trial_dir = HydraConfig.get().runtime.output_dir
     return hparams_search.run_trial(lambda: _run(cfg, run_dir, new_dirs), trial_dir, metric, direction)
 

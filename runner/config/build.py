@@ -17,7 +17,6 @@ from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.problem import Problem
 from runner.core.sampler import training_power
 from runner.core.vmc import schedule_counts
-from runner.diagnostics import peaks
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
 from runner.physics import pauli
 from runner.physics.hilbert import Hilbert
@@ -151,7 +150,7 @@ def read_settings(config: dict) -> Settings:
     if chunk_size is not None:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
-    peak_search = require_int("peak_search", config.get("peak_search", peaks.DEFAULT_STARTS), minimum=0)
+    peak_search = require_int("peak_search", config.get("peak_search"), minimum=0)
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
                     fingerprint.of(fingerprint.fingerprinted(config, None)), None)
 

@@ -26,7 +26,6 @@ import numpy as np
 
 from runner.physics.hilbert import Hilbert, all_states
 
-DEFAULT_STARTS = 32  # configurations drawn uniformly to start from (the config's `peak_search`)
 EXHAUSTIVE_STATES = 2**16  # evaluate every configuration of spaces this small (and <= 20 sites)
 BATCH = 2048  # configurations per call of the model
 GROUP_CONFIGURATIONS = 2**16  # neighbours held at once (memory: this x N bytes)

@@ -25,7 +25,7 @@ def check(config: dict) -> str:
     Raises:
         ConfigError: not one of METRICS.
     """
-    metric = config.get("optimized_metric", "energy")
+    metric = config.get("optimized_metric")
     if metric not in METRICS:
         raise ConfigError("optimized_metric", f"must be one of {', '.join(METRICS)} (got {metric!r})")
     return metric

@@ -106,7 +106,7 @@ def source(config: dict, sweep_job=None) -> Source | None:
             source's, named with both values.
     """
     value = config.get("init_from")
-    chains = require_bool("init_chains", config.get("init_chains", False))
+    chains = require_bool("init_chains", config.get("init_chains"))
     if value is None:
         if chains:
             raise ConfigError("init_chains", "is true but init_from is null; give init_from a run directory or previous")
