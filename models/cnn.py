@@ -35,7 +35,7 @@ def neighbour_table(shape: tuple, kernel_size: int, pbc: bool) -> np.ndarray:
     return np.where(inside | pbc, index, len(cells)).astype(np.int32)
 
 
-# How `grid_conv` convolves real inputs (bench/cnn_conv.py times the three; docs/benchmarks.md,
+# How `grid_conv` convolves real inputs (bench/cnn_conv.py times the three; docs/notes/benchmarks.md,
 # "The CNN's convolution as products"): up to WINDOW_BATCH configurations per call (the sampler's
 # proposals) every cell's window is stacked from slices of the padded grid and multiplied with the
 # kernel once; more (local energies) as one product with the whole layer's matrix over all cells,
@@ -221,9 +221,8 @@ class CNN(nn.Module):
             if layer == 0:
                 # The first layer's bias through a channel of ones, inside the convolution: added
                 # after it, the bias and the convolution's output both entered the fusion that
-                # computes the next layer's f, which XLA:CPU then compiled to code 10x slower than
-                # for a single input (complex64 log cosh: the whole forward 125 -> 83 ms for
-                # 8,192 configurations of 6 x 6; docs/benchmarks.md). The later layers' input, the
+                # computes the next layer's f, which XLA:CPU then compiled to much slower code than
+                # for a single input (docs/notes/benchmarks.md). The later layers' input, the
                 # residual sum, is stored once and read by that fusion alone.
                 h = jnp.concatenate([h, jnp.ones_like(h[..., :1])], axis=-1)
                 kernel = with_bias_channel(kernel, bias, self.kernel_size, n)

@@ -93,7 +93,7 @@ def sincos(x):
 # fit of (arctan r - r) / r^3, scripts/fit_arctan.py): at most 2.4e-9 (float32, degree 4) and 5.2e-17
 # (float64, degree 10) from arctan r / r. XLA:CPU's own jnp.arctan and jnp.arctan2 took 5.5 and
 # 11.7 ns per float32 element (exp: 0.2, this arctan2: 1.3): they were most of a complex64 log cosh,
-# and of the 6 x 6 CNN's step (docs/benchmarks.md).
+# and of the 6 x 6 CNN's step (docs/notes/benchmarks.md).
 _ATAN_F32 = (-0.33333331813419265, 0.199995500759138, -0.14264232553022016, 0.1074629843409055,
              -0.06459376277461908)
 _ATAN_F64 = (-0.3333333333333333, 0.19999999999995946, -0.14285714284766368, 0.11111111022973698,
@@ -130,7 +130,7 @@ def _exp_minus_2z(a, b):
 # log(1 + e) for e in [0, 1] as 2 atanh(s), s = e / (2 + e) in [0, 1/3], by atanh's series
 # s (1 + s^2/3 + s^4/5 + ...): its terms fall by s^2 <= 1/9, so 16 of them are within 1e-17 of
 # the sum (float32: 7, 1e-8). XLA:CPU's float64 log1p was most of a real CNN's evaluation
-# (docs/benchmarks.md, "log cosh without log1p").
+# (docs/notes/benchmarks.md, "log cosh without log1p").
 _ATANH_F64 = tuple(1.0 / (2 * k + 1) for k in range(16))
 _ATANH_F32 = _ATANH_F64[:7]
 
@@ -153,7 +153,7 @@ def log_cosh(x):
 
     Real inputs as |x| - log 2 + log(1 + exp(-2|x|)) with `log1p_unit`; complex inputs in real
     arithmetic too: XLA's complex log1p is a slow scalar path on CPU, and this form is faster
-    (docs/benchmarks.md) with the same principal branch.
+    (docs/notes/benchmarks.md) with the same principal branch.
     """
     if not jnp.iscomplexobj(x):
         a = jnp.abs(x)
@@ -196,11 +196,10 @@ def activation(name: str) -> Activation:
 # f_j = |1 + exp(-2 z_j)|^2 = 1 + 2 e_j cos(2 Im x_j) + e_j^2, e_j = exp(-2 |Re x_j|),
 # z_j = sign(Re x_j) x_j. Every f_j is at most 4, so a block of LOG_PROD_BLOCK factors cannot
 # overflow. Inside the Metropolis loop (a few hundred elements per step) the product beats a
-# log1p per element; on large real batches the elementwise `log_cosh` wins instead (2.2
-# against 4.2 ns per element on 8,192 x 288, one-off probe 2026-11-27), so `sum_log_cosh`
-# keeps it there; for complex batches the product (one complex log per row
+# log1p per element; on large real batches the elementwise `log_cosh` wins instead, so
+# `sum_log_cosh` keeps it there; for complex batches the product (one complex log per row
 # instead of a log1p and an arctan2 per element) is the cheaper one. The timings behind these
-# choices are in docs/benchmarks.md ("Where the time goes").
+# choices are in docs/notes/benchmarks.md ("Where the time goes").
 
 LOG_PROD_BLOCK = 256
 

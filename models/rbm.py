@@ -127,7 +127,7 @@ class RBM(nn.Module):
     # --- the Metropolis sampler's cache ------------------------------------------------------
     # Real parameters: tanh(theta) and log |psi|, moved by `local_flip`. Complex ones: theta and
     # a.s, with log |psi| from `local_log_abs` (the complex products and divisions of
-    # `local_flip` cost more than that). Timings in docs/benchmarks.md.
+    # `local_flip` cost more than that). Timings in docs/notes/benchmarks.md.
 
     @staticmethod
     def sampler_init(tables, sigma_CxN):

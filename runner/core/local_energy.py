@@ -170,7 +170,7 @@ def local_energies_of(problem: Problem, params, sigma_KxN):
 # 1/NONZERO_BLOCKS of all its pairs: at most that fraction of the full work is spent on padding,
 # and the model sees C x block configurations at a time (memory bounded by the block). Each block
 # is one more copy of the model in the compiled step: more blocks waste less and compile longer
-# (bench: docs/benchmarks.md, "Deep models").
+# (bench: docs/notes/benchmarks.md, "Deep models").
 NONZERO_BLOCKS = 16
 
 

@@ -51,7 +51,7 @@ def _after(x, y):
     collective inside a loop (the kernel's chunk gathers) and an independent one outside it
     (the gather of the right-hand side for the solve) then ran in opposite orders on two
     devices, each waiting for the other forever (the 6 x 6 ViT's step on two virtual devices,
-    docs/benchmarks.md). Gathering y first and starting the loop from x orders them."""
+    docs/notes/benchmarks.md). Gathering y first and starting the loop from x orders them."""
     if y is None:
         return x
     first = jnp.real(jnp.ravel(y)[0]).astype(jnp.real(x).dtype)

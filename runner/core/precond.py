@@ -36,7 +36,7 @@ SOLVERS = ("auto", "cholesky", "eigh", "cg")
 # solver "auto": dense Cholesky up to this many parameters, conjugate gradients above. Dense
 # costs N_s P^2 (the Gram matrix) + P^3/3; CG about 100 iterations of 4 N_s P without forming
 # O. The threshold comes from whole-step timings of both on the benchmark cases
-# (docs/benchmarks.md, "Where the time goes").
+# (docs/notes/benchmarks.md, "Where the time goes").
 AUTO_DENSE_MAX_PARAMS = 500
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 (S + diag_shift) x = F, dense from the Gram matrix summed chain by chain, or by conjugate gradients
 on products with the log-derivatives, deflated with eigenvectors recycled from earlier steps.
 Complex Gram matrices are assembled from one real product of stacked real and imaginary parts
-(faster than XLA's complex product on CPU; docs/benchmarks.md has the timings). Conventions:
+(faster than XLA's complex product on CPU; docs/notes/benchmarks.md has the timings). Conventions:
 `runner.core.precond_types`.
 """
 
@@ -69,7 +69,7 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
 
     A scan over pairs of chains (one batched product per pair, then two additions in order):
     the chains' products are smaller than one product over all samples, and on CPU a pair per
-    step runs faster than a chain per step (docs/benchmarks.md). When the caller compiles under a mesh
+    step runs faster than a chain per step (docs/notes/benchmarks.md). When the caller compiles under a mesh
     (`jax.set_mesh`), Obar is instead gathered onto every device for S (a sharding constraint to
     replicated: the same one product everywhere, cheaper for the P <= 500 of the dense solvers);
     F still goes chain pair by chain pair: its one product over the gathered samples was not the
@@ -135,7 +135,7 @@ def _shifted(M, diag_shift):
 # the following steps use the deflation preconditioner M^-1 = 1 + U diag(theta_r/theta - 1) U^H
 # (theta_r the smallest of the r), which maps those eigenvalues to theta_r. M^-1 is symmetric
 # positive definite for any orthonormal U, so a stale basis costs iterations, never
-# correctness: CG still stops at the same relative residual. docs/benchmarks.md gives the
+# correctness: CG still stops at the same relative residual. docs/notes/benchmarks.md gives the
 # iteration counts it saves on the benchmark cases.
 
 
@@ -233,8 +233,7 @@ def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, *, diag_shift, tol, ma
     F = force(jac, eps_S, mode)
     rank = state.basis.shape[1]
     # Refresh on schedule, or as soon as the deflated solve took more iterations than the last
-    # plain one: early in a run S changes fast and a stale basis then hurts (measured on tfim2d:
-    # 102 -> 320 iterations over the first 20 steps with the step-0 basis; docs/benchmarks.md).
+    # plain one: early in a run S changes fast and a stale basis then hurts (docs/notes/benchmarks.md).
     refresh = (state.age % recycle_every == 0) | (state.last_iters > state.plain_iters)
     plain_on_refresh = jnp.where(refresh, 0.0, state.scale)
     x, record, iters, residual = _pcg(A, F, state.x0, state.basis, plain_on_refresh,
