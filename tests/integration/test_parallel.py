@@ -1,5 +1,6 @@
 """One core, many layouts: 1 device, 4 sharded devices and 2 processes x 2 devices agree."""
 
+import functools
 import json
 import os
 import platform
@@ -39,8 +40,10 @@ CASES = {
 }
 # Layouts agree bitwise except: the MLP's local energies (full evaluations of the connected
 # configurations) differ in the last bit on 4 devices (1e-14), although its log psi of the
-# samples does not.
-NOT_BITWISE = ("heis_real_local_mlp_adam",)
+# samples does not; and minSR, whose kernel and update differ in the last bit between 1 and 4
+# devices on some CPUs (a relative 2e-16 on an AMD EPYC, docs/notes/layouts.md), bitwise on others.
+NOT_BITWISE = ("heis_real_local_mlp_adam", "heis_complex_exchange_minsr")
+NOT_BITWISE_RTOL = 1e-10
 COMMON = ["sampler.n_samples=256", "sampler.n_chains=8", "n_iter=8", "final_rounds=1", "exact=false"]
 
 
@@ -139,15 +142,24 @@ def checkpoint_leaves(run_dir):
         return {k: data[k] for k in sorted(data.files) if k.startswith("leaf_")}
 
 
-def assert_identical_runs(run_dir, reference):
-    np.testing.assert_array_equal(energies(run_dir), energies(reference))
+def assert_identical_runs(run_dir, reference, rtol=0.0):
+    """The same energies, final checkpoint and final estimate: bit for bit, or within `rtol` (the
+    chains' configurations and keys always bit for bit)."""
+    close = functools.partial(np.testing.assert_allclose, rtol=rtol, atol=0) if rtol else np.testing.assert_array_equal
+    close(energies(run_dir), energies(reference))
     got, want = checkpoint_leaves(run_dir), checkpoint_leaves(reference)
     assert got.keys() == want.keys() and got
     for key in want:
-        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+        exact = not rtol or not np.issubdtype(np.asarray(want[key]).dtype, np.inexact)
+        (np.testing.assert_array_equal if exact else close)(got[key], want[key], err_msg=key)
     summaries = [json.loads((d / "summary.json").read_text()) for d in (run_dir, reference)]
-    assert summaries[0]["energy"] == summaries[1]["energy"]
-    assert summaries[0]["peak_check"] == summaries[1]["peak_check"]  # None after a full sum
+    close(summaries[0]["energy"], summaries[1]["energy"])
+    checks = [s["peak_check"] for s in summaries]  # None after a full sum
+    if rtol and checks[0] is not None:
+        assert checks[0]["configuration"] == checks[1]["configuration"]
+        close(checks[0]["found_log_abs_max"], checks[1]["found_log_abs_max"])
+    else:
+        assert checks[0] == checks[1]
 
 
 @pytest.mark.slow
@@ -228,7 +240,10 @@ def test_energy_gradient_and_update_on_sharded_samples(name):
     stats_4, grads_4 = f(jax.device_put(state.params, layout.replicated), sharded)
     assert len(sharded.sharding.device_set) == 4
     for a, b in zip(jax.tree_util.tree_leaves((stats_4, grads_4)), jax.tree_util.tree_leaves((stats_1, grads_1))):
-        np.testing.assert_array_equal(a, b)
+        if name in NOT_BITWISE:
+            np.testing.assert_allclose(a, b, rtol=NOT_BITWISE_RTOL, atol=1e-15)
+        else:
+            np.testing.assert_array_equal(a, b)
 
 
 def test_output_shardings_of_the_step():
@@ -289,11 +304,11 @@ MINSR_CAPPED_CASE = [*MINSR_LAYOUT_CASE[:7], "preconditioner.max_norm=0.5", "pre
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [MINSR_LAYOUT_CASE, MINSR_CAPPED_CASE], ids=["spring", "capped"])
-def test_chunked_minsr_gives_bitwise_identical_runs_on_every_layout(tmp_path, case):
+def test_chunked_minsr_gives_the_same_runs_on_every_layout(tmp_path, case):
     """minSR's kernel from chunks gathered one at a time, its solve and SPRING's state, or its
-    step capped by max_norm with the kernel summed over parameter blocks: the same bits on 1, 2
+    step capped by max_norm with the kernel summed over parameter blocks: the same runs on 1, 2
     and 4 devices of one process and on 2 processes (energies, the final checkpoint with the
-    previous update, the final estimate)."""
+    previous update, the final estimate), to the last bits (`NOT_BITWISE`)."""
     experiment = build(compose_config(case))
     if case is MINSR_CAPPED_CASE:
         params = jax.eval_shape(lambda: init_state(experiment.problem, 0, jnp.ones(8, jnp.int8))).params
@@ -303,12 +318,12 @@ def test_chunked_minsr_gives_bitwise_identical_runs_on_every_layout(tmp_path, ca
         norms = [json.loads(line)["step_norm"] for line in (tmp_path / "devices1" / "metrics.jsonl").open()]
         assert min(norms) > 0.5, norms  # the cap binds on every step
     for n in (2, 4):
-        assert_identical_runs(tmp_path / f"devices{n}", tmp_path / "devices1")
+        assert_identical_runs(tmp_path / f"devices{n}", tmp_path / "devices1", rtol=NOT_BITWISE_RTOL)
     procs = start_distributed(case, tmp_path / "processes2", free_port(), devices=1)
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert json.loads((tmp_path / "processes2" / "summary.json").read_text())["processes"] == 2
-    assert_identical_runs(tmp_path / "processes2", tmp_path / "devices1")
+    assert_identical_runs(tmp_path / "processes2", tmp_path / "devices1", rtol=NOT_BITWISE_RTOL)
 
 
 @pytest.mark.parametrize("chunk_size", [None, 32])

@@ -189,7 +189,7 @@ def test_trials_return_their_objective_through_submitit(tmp_path):
 def test_trials_run_as_concurrent_slurm_jobs(tmp_path):
     """The search on the local SLURM (`make slurm-up`): two trials as two SLURM jobs at once, their
     values in the study; skipped without SLURM like tests/integration/test_slurm.py."""
-    from test_slurm import _REASON
+    from tests.integration.test_slurm import _REASON
 
     if _REASON is not None:
         pytest.skip(_REASON)

@@ -288,10 +288,7 @@ def test_bad_model_values(make, key):
 # --- the lattice models (rbm_symm, cnn, vit) and their symmetry projection, against exact sums ----
 
 from models import CNN, RBMSymm, ViT  # noqa: E402
-from runner.core import (
-    local_energy,
-    precond,  # noqa: E402
-)
+from runner.core import local_energy, precond_types  # noqa: E402
 from runner.core.wavefunction import gradient_mode  # noqa: E402
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb  # noqa: E402
@@ -422,7 +419,7 @@ def test_force_matches_exact_gradient(name, dtype):
     Obar, eps, E = _exact_weighted(problem, params, states, mode)
     H = jnp.asarray(_dense_heisenberg(lattice, J2)[np.ix_(*(2 * [basis_index(np.asarray(states))]))])
     np.testing.assert_allclose(E, _exact_energy(model, states, H)(params), rtol=1e-10)
-    F = precond.force(precond.from_dense(Obar.T, mode), eps, mode)
+    F = precond_types.force(precond_types.from_dense(Obar.T, mode), eps, mode)
     expected = _wirtinger_reference(_exact_energy(model, states, H), params)
     np.testing.assert_allclose(np.asarray(F), np.asarray(expected), rtol=1e-7, atol=1e-9)
 

@@ -209,7 +209,7 @@ def test_an_unknown_logger_on_the_command_line_is_refused(tmp_path):
 
 
 def _slurm_reason():
-    from test_slurm import _REASON
+    from tests.integration.test_slurm import _REASON
 
     return _REASON
 
