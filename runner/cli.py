@@ -26,19 +26,10 @@ def check_overrides(argv):
     _key_names(argv)
 
 
-def check_group_choices(argv):
-    """Refuses `group=option` overrides naming a missing option, in one sentence (exit 2)."""
-    _exit_on_error(_group_choices, argv)
-
-
-def check_key_names(argv):
-    """Refuses an override whose group or key does not exist, in one sentence (exit 2)."""
-    _exit_on_error(_key_names, argv)
-
-
-def _exit_on_error(check, argv):
+def refuse_bad_overrides(argv):
+    """`check_overrides` for a command: its sentence printed, exit 2."""
     try:
-        check(argv)
+        check_overrides(argv)
     except ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -140,7 +131,7 @@ def new_dirs(argv, run_id_value: str, cwd=None) -> set[Path]:
 def main():
     configure_runtime()
     quiet_storage_logs()  # an Optuna search's store set-up, logged when Hydra loads the sweeper
-    _exit_on_error(check_overrides, sys.argv[1:])
+    refuse_bad_overrides(sys.argv[1:])
     import hydra
     from omegaconf import OmegaConf
 

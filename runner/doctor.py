@@ -244,10 +244,10 @@ def main(argv=None):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from runner.cli import CONF_DIR, check_group_choices
+    from runner.cli import CONF_DIR, refuse_bad_overrides
     from runner.config.build import DTYPES
 
-    check_group_choices(argv)
+    refuse_bad_overrides(argv)
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(argv)), resolve=True)
