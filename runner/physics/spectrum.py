@@ -25,7 +25,15 @@ from runner.physics import exact
 from runner.physics.hilbert import Hilbert, codes_to_states
 from runner.physics.pauli import PauliSum, elements_np, not_invariant_under
 from runner.physics.symmetry import (
-    Sector, SpaceGroup, basis_codes, characters, image_codes, parities, sectors, space_group, star,
+    Sector,
+    SpaceGroup,
+    basis_codes,
+    characters,
+    image_codes,
+    parities,
+    sectors,
+    space_group,
+    star,
 )
 
 # Sectors up to this dimension are diagonalised densely (all levels at once).
