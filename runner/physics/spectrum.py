@@ -34,6 +34,7 @@ from runner.physics.symmetry import (
     sectors,
     space_group,
     star,
+    with_2d_irreps,
 )
 
 # Sectors up to this dimension are diagonalised densely (all levels at once).
@@ -175,12 +176,14 @@ class Spectrum(NamedTuple):
         dims: Sector -> the sector's dimension.
         star_sizes: Sector -> the number of momenta in its star (sectors degenerate with it).
         n_states: dimension of the space (`hilbert.n_states`).
+        with_2d_irreps: {momentum: little co-group} where 2-D irreps hold states of no sector.
     """
 
     levels: dict
     dims: dict
     star_sizes: dict
     n_states: int
+    with_2d_irreps: dict
 
     @property
     def uncovered_states(self) -> int:
@@ -215,7 +218,7 @@ def spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None = 1, 
             levels[sector] = lowest_levels(matrix, n_levels)
             dims[sector] = matrix.shape[0]
             stars[sector] = len(star(group, momentum))
-    return Spectrum(levels, dims, stars, hilbert.n_states)
+    return Spectrum(levels, dims, stars, hilbert.n_states, with_2d_irreps(group))
 
 
 def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | None = None, rtol: float = 1e-9):
@@ -234,13 +237,15 @@ def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | No
 
 def to_json(result: Spectrum, ground=None) -> dict:
     """A JSON-able form: levels (sector name -> lowest levels), dims, star sizes, the states of
-    2-D irreps left out, and the ground sector (name or None) and energy when `ground` is given."""
+    2-D irreps left out and where they lie, and the ground sector (name or None) and energy when
+    `ground` is given."""
     out = {
         "levels": {s.name: list(v) for s, v in result.levels.items()},
         "dims": {s.name: int(d) for s, d in result.dims.items()},
         "star_sizes": {s.name: int(m) for s, m in result.star_sizes.items()},
         "n_states": int(result.n_states),
         "uncovered_states": int(result.uncovered_states),
+        "with_2d_irreps": {f"k=({','.join(str(m) for m in k)})": name for k, name in result.with_2d_irreps.items()},
     }
     if ground is not None:
         out["ground_sector"] = None if ground[0] is None else ground[0].name

@@ -244,6 +244,13 @@ def little_group_irreps(group: SpaceGroup, momentum) -> tuple:
     return irreps(group.ops[little_cogroup(group, momentum)])
 
 
+def with_2d_irreps(group: SpaceGroup) -> dict:
+    """{momentum: little co-group name} for the star representatives whose little co-group (C3v,
+    C4v, C6v) has 2-D irreps: the states no listed sector holds lie there."""
+    names = {m: little_group_irreps(group, m)[0] for m in momenta(group) if star(group, m)[0] == m}
+    return {m: name for m, name in names.items() if name in ("C3v", "C4v", "C6v")}
+
+
 def characters(group: SpaceGroup, sector: Sector):
     """The little group's elements and the sector's characters on them.
 

@@ -114,14 +114,14 @@ def test_refuses_a_hamiltonian_without_the_lattice_symmetry():
 
 
 def test_ground_state_in_a_2d_irrep_has_no_sector():
-    """On the 3x3 square torus (Sz = 3/2) the XY J1-J2 ground state lies in a 2-D irrep:
-    every listed sector lies higher, and ground_sector says so."""
+    """On the 3x3 square torus (Sz = 3/2) the XY J1-J2 ground state lies in a 2-D irrep (E of
+    C4v at k = 0): every listed sector lies higher, and ground_sector says so."""
     hilbert = hb.square(3, total_sz=1.5)
     terms = [(1.0, ops, b) for b in hilbert.bonds for ops in ("XX", "YY")]
     ham = pauli.pauli_sum(9, terms + [(0.5, ops, b) for b in hilbert.next_bonds for ops in ("XX", "YY", "ZZ")])
     result = spectrum.spectrum(ham, hilbert)
     exact_ground = np.linalg.eigvalsh(_dense_h(hilbert, ham))[0]
-    assert result.uncovered_states > 0
+    assert result.uncovered_states > 0 and result.with_2d_irreps == {(0, 0): "C4v"}
     assert min(v[0] for v in result.levels.values() if v) > exact_ground + 0.1
     sector, energy = spectrum.ground_sector(ham, hilbert, result)
     assert sector is None
@@ -143,6 +143,7 @@ def test_kagome_2x2_ground_state_is_b1_at_gamma():
     out = json.loads(json.dumps(spectrum.to_json(result, (sector, energy))))
     assert out["ground_sector"] == "k=(0,0) B1 P=+1" and len(out["levels"]["k=(0,1) A2 P=-1"]) == 2
     assert out["uncovered_states"] == result.uncovered_states > 0
+    assert out["with_2d_irreps"] == {"k=(0,0)": "C6v"}  # k=(0,1): C2v, 1-D irreps only
 
 
 def test_triangular_4x4_ground_state_is_fully_symmetric():

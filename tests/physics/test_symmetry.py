@@ -82,7 +82,7 @@ def test_sectors_are_orthogonal_and_cover_the_space_without_2d_irreps(name):
                               for s in _all_sectors(hilbert, group)], axis=1)
     np.testing.assert_allclose(stacked.conj().T @ stacked, np.eye(stacked.shape[1]), atol=1e-12)
     covered = stacked.shape[1]
-    assert (covered == hilbert.n_states) == (name in ONE_DIMENSIONAL)
+    assert (covered == hilbert.n_states) == (name in ONE_DIMENSIONAL) == (not symmetry.with_2d_irreps(group))
     reps = symmetry.sectors(hilbert, parity=bool(symmetry.parities(hilbert)), group=group)
     by_star = sum(spectrum.sector_basis(hilbert, s, group).shape[1] * len(symmetry.star(group, s.momentum))
                   for s in reps)
