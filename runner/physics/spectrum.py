@@ -29,6 +29,7 @@ from runner.physics.symmetry import (
     SpaceGroup,
     basis_codes,
     characters,
+    check_fits,
     image_codes,
     parities,
     sectors,
@@ -56,6 +57,8 @@ class _Orbits(NamedTuple):
 
 
 def _orbits(codes_D, perm_ExN, n_sites: int, flip: bool) -> _Orbits:
+    """The orbits of the elements perm_ExN (and their products with the flip when `flip`) on the
+    configurations codes_D (sorted), each represented by its smallest code."""
     mask = (1 << n_sites) - 1
     variants = (0, mask) if flip else (0,)
     best, arg = codes_D.copy(), np.zeros(len(codes_D), np.int32)
@@ -116,9 +119,10 @@ def _sector_matrix(connections, orbits: _Orbits, chi_G):
     kept, size = _kept(orbits, chi_G)
     new = np.cumsum(kept) - 1
     keep = kept[rows] & kept[cols]
-    values = mels[keep] * np.conj(chi_G[args[keep]]) * np.sqrt(size[rows[keep]] / size[cols[keep]])
-    if np.allclose(values.imag, 0) and np.isrealobj(diag):
-        values = values.real
+    phase = np.conj(chi_G[args[keep]])
+    if np.isrealobj(mels) and np.max(np.abs(chi_G.imag)) < 1e-12:
+        phase = phase.real  # real characters and elements: a real symmetric matrix
+    values = mels[keep] * phase * np.sqrt(size[rows[keep]] / size[cols[keep]])
     d = int(kept.sum())
     off = sp.coo_matrix((values, (new[rows[keep]], new[cols[keep]])), shape=(d, d))
     return (off + sp.diags(diag[kept])).tocsr()
@@ -127,6 +131,7 @@ def _sector_matrix(connections, orbits: _Orbits, chi_G):
 def sector_basis(hilbert: Hilbert, sector: Sector, group: SpaceGroup | None = None):
     """The sector's orthonormal basis as a sparse complex [D, d] matrix on `all_states(hilbert)`
     (columns |r~> in the order of their representatives' codes; P = B B^dagger)."""
+    check_fits(hilbert, sector)
     group = space_group(hilbert) if group is None else group
     flip = sector.parity is not None
     elements, chi_G = _full_characters(group, sector, flip)

@@ -12,7 +12,8 @@ s_{perm_g[i]} (`perm_g[i]` the image of site i), and U(g) psi(s) = psi(g s) move
 
 and F psi = parity psi for the spin flip F. Its projector is P = (1/|G_k|) sum_g chi(g)* U(g)
 over the little group G_k (times (1 + parity F) / 2), so P psi(s) = (1/|G_k|) sum_g chi(g)*
-psi(g s): with chi(t) = exp(i k . d_t), the weights of `models.symmetrize.images`.
+psi(g s); on the translations chi(t)* = exp(-i k . d_t), the weights `models.symmetrize.images`
+gives a momentum m.
 
 Irrep names (Mulliken) of the little co-groups that occur: C1: A. Cs (one mirror; the chain's
 reflection): A' (even), A'' (odd). C2: A, B (odd under the rotation by pi). Cnv, n = 2, 3, 4, 6:
@@ -71,7 +72,7 @@ class Sector(NamedTuple):
         momentum: m, k = sum_a m_a / L_a b_a with 0 <= m_a < L_a.
         irrep: the irrep's name (see the module docstring).
         parity: the eigenvalue +1 / -1 of the spin flip, or None (no flip symmetry used).
-        sz: the sector's total S^z (the Hilbert space's `total_sz`), or None.
+        sz: the sector's total S^z (the Hilbert space's `total_sz`), or None (not fixed).
     """
 
     momentum: tuple
@@ -275,6 +276,15 @@ def parities(hilbert: Hilbert) -> tuple:
     return (1, -1) if hilbert.total_sz is None or hilbert.total_sz == 0 else ()
 
 
+def check_fits(hilbert: Hilbert, sector: Sector) -> None:
+    """ValueError unless the sector lives in `hilbert`'s space: a parity only with total_sz null
+    or 0, and sz null or `hilbert.total_sz`."""
+    if sector.parity is not None and sector.parity not in parities(hilbert):
+        raise ValueError(f"{sector.name}: spin-flip parity needs total_sz null or 0 (got {hilbert.total_sz})")
+    if sector.sz is not None and sector.sz != hilbert.total_sz:
+        raise ValueError(f"{sector.name} has sz={sector.sz}, the space total_sz={hilbert.total_sz}")
+
+
 def sectors(hilbert: Hilbert, parity: bool = False, stars: bool = True, group: SpaceGroup | None = None) -> list:
     """Every sector with a 1-D irrep: per momentum (one per star when `stars`), each 1-D irrep
     of its little co-group, each spin-flip parity when `parity`.
@@ -337,6 +347,7 @@ def project(hilbert: Hilbert, sector: Sector, v_D, group: SpaceGroup | None = No
     Returns:
         complex128 [D].
     """
+    check_fits(hilbert, sector)
     group = space_group(hilbert) if group is None else group
     n, v_D = hilbert.n_sites, np.asarray(v_D)
     codes = basis_codes(hilbert)

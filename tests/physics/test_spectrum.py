@@ -46,7 +46,8 @@ CASES = {
     "honeycomb2": (lambda: hb.honeycomb(2, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),
     "kagome1x3": (lambda: hb.kagome(Lx=1, Ly=3, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),
     "kagome2": (lambda: hb.kagome(2, total_sz=2), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),
-    "square4x2_marshall": (lambda: hb.square(Lx=4, Ly=2, total_sz=1), lambda h: hamiltonians.heisenberg(h, 1.0, 0.2, True)),
+    "square4x2_marshall": (lambda: hb.square(Lx=4, Ly=2, total_sz=1),
+                           lambda h: hamiltonians.heisenberg(h, 1.0, 0.2, True)),
 }
 
 
@@ -108,7 +109,8 @@ def test_refuses_a_hamiltonian_without_the_lattice_symmetry():
 
     def commutator(ham):
         matvec = exact._matvec(ham, hilbert)
-        return np.linalg.norm(matvec(symmetry.project(hilbert, sector, v)) - symmetry.project(hilbert, sector, matvec(v)))
+        hpv = matvec(symmetry.project(hilbert, sector, v))
+        return np.linalg.norm(hpv - symmetry.project(hilbert, sector, matvec(v)))
 
     assert commutator(symmetric) < 1e-12 and commutator(broken) > 1e-2
 

@@ -127,7 +127,8 @@ def test_characters_are_orthogonal_homomorphisms(name):
             for h in elements[:: max(1, len(elements) // 7)]:
                 R1, R2 = group.ops[group.op_E[g]], group.ops[group.op_E[h]]
                 op = next(p for p, R in enumerate(group.ops) if np.allclose(R, R1 @ R2))
-                shift = np.round((group.shift_ExD[h] @ group.vectors @ R1.T) @ to_cells).astype(int) + group.shift_ExD[g]
+                rotated = np.round(group.shift_ExD[h] @ group.vectors @ R1.T @ to_cells).astype(int)
+                shift = rotated + group.shift_ExD[g]
                 gh = lookup[(op, tuple(int(x) for x in np.mod(shift, group.extents)))]
                 np.testing.assert_array_equal(group.perm_ExN[gh], group.perm_ExN[g][group.perm_ExN[h]])
                 for (els, chi) in chis:
@@ -187,3 +188,20 @@ def test_parse_sector():
         assert info.value.key == key
     with pytest.raises(ConfigError, match="total_sz=1.0 is not 0"):
         symmetry.parse_sector({"momentum": [0, 0], "irrep": "A1", "parity": 1}, hb.triangular(Lx=2, Ly=4, total_sz=1))
+
+
+def test_a_sector_must_fit_the_space():
+    hilbert = hb.chain(6, total_sz=1)
+    v = np.ones(hilbert.n_states)
+    with pytest.raises(ValueError, match="parity needs total_sz null or 0"):
+        symmetry.project(hilbert, symmetry.Sector((0,), "A'", 1), v)
+    with pytest.raises(ValueError, match="sz=0.0"):
+        spectrum.sector_basis(hilbert, symmetry.Sector((0,), "A'", None, 0.0))
+
+
+def test_a_graph_has_the_trivial_sector_alone():
+    hilbert = hb.graph(4, [[0, 1], [1, 2], [2, 3]], total_sz=0)
+    listed = symmetry.sectors(hilbert, parity=True)
+    assert listed == [symmetry.Sector((0,), "A", 1, 0.0), symmetry.Sector((0,), "A", -1, 0.0)]
+    basis = spectrum.sector_basis(hilbert, symmetry.Sector((0,), "A", 1, 0.0)).toarray()
+    assert basis.shape == (6, 3)
