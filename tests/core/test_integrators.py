@@ -68,7 +68,7 @@ def test_global_order_of_accuracy(name):
         assert float(state.t) == T and int(state.n_accepted) == n and int(state.n_rejected) == 0
         errors.append(np.linalg.norm(y - exact(T)))
     fitted = fitted_order(dts, errors)
-    print(f"{name}: errors {['%.2e' % e for e in errors]}, fitted order {fitted:.3f}")
+    print(f"{name}: errors {[f'{e:.2e}' for e in errors]}, fitted order {fitted:.3f}")
     assert abs(fitted - order) < 0.3, (fitted, errors)
 
 
