@@ -106,8 +106,9 @@ def _sector_matvec(ham: PauliSum, hilbert: Hilbert):
     return matvec
 
 
-def _matvec(hamiltonian: PauliSum, hilbert: Hilbert):
-    """H v for v indexed like `all_states(hilbert)` (binary order)."""
+def matvec_of(hamiltonian: PauliSum, hilbert: Hilbert):
+    """v -> H v for v indexed like `all_states(hilbert)` (binary order); H any Pauli sum (one that
+    conserves Sz in a sector)."""
     if hilbert.total_sz is None:
         return _full_space_matvec(hamiltonian, hilbert.n_sites)
     if not conserves_sz(hamiltonian):
@@ -119,13 +120,13 @@ def energy_of(hamiltonian: PauliSum, hilbert: Hilbert, psi_D) -> float:
     """<psi|H|psi> / <psi|psi> of a state given by its amplitudes on `all_states(hilbert)`:
     the exact variational energy, with no sampling noise."""
     psi_D = np.asarray(psi_D)
-    return float(np.real(np.vdot(psi_D, _matvec(hamiltonian, hilbert)(psi_D))) / np.vdot(psi_D, psi_D).real)
+    return float(np.real(np.vdot(psi_D, matvec_of(hamiltonian, hilbert)(psi_D))) / np.vdot(psi_D, psi_D).real)
 
 
 def ground_energy(hamiltonian: PauliSum, hilbert: Hilbert) -> float:
     """Lowest eigenvalue of H in the (Sz-constrained) space of `hilbert`."""
     d = hilbert.n_states
-    matvec = _matvec(hamiltonian, hilbert)
+    matvec = matvec_of(hamiltonian, hilbert)
     dtype = np.float64 if hamiltonian.is_real else np.complex128
     if d <= 64:
         dense = np.stack([matvec(e) for e in np.eye(d, dtype=dtype)], axis=1)

@@ -87,7 +87,7 @@ def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name
     np.testing.assert_allclose(exact.ground_energy(ham, lattice), np.linalg.eigvalsh(H)[0], rtol=1e-10, atol=1e-10)
     v = np.random.default_rng(2).standard_normal(2**lattice.n_sites) + 1j * np.random.default_rng(3).standard_normal(2**lattice.n_sites)
     idx = basis_index(hb.all_states(lattice))
-    np.testing.assert_allclose(exact._matvec(ham, lattice)(v), H[np.ix_(idx, idx)] @ v, atol=1e-10)
+    np.testing.assert_allclose(exact.matvec_of(ham, lattice)(v), H[np.ix_(idx, idx)] @ v, atol=1e-10)
 
 
 @pytest.mark.parametrize("make", [
