@@ -108,7 +108,7 @@ def test_refuses_a_hamiltonian_without_the_lattice_symmetry():
     v = np.random.default_rng(0).standard_normal(hilbert.n_states)
 
     def commutator(ham):
-        matvec = exact._matvec(ham, hilbert)
+        matvec = exact.matvec_of(ham, hilbert)
         hpv = matvec(symmetry.project(hilbert, sector, v))
         return np.linalg.norm(hpv - symmetry.project(hilbert, sector, matvec(v)))
 
