@@ -18,9 +18,11 @@ from runner.core.problem import Problem
 from runner.core.sampler import training_power
 from runner.core.vmc import schedule_counts
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
-from runner.physics import pauli
+from runner.physics import exact, pauli, spectrum, symmetry
 from runner.physics.hilbert import Hilbert
 from runner.physics.pauli import Hamiltonian
+
+log = logging.getLogger(__name__)
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
 # Every other top-level key the composed config may hold (read by the runner, the observables,
@@ -71,6 +73,7 @@ class Experiment:
     x64: bool
     parallel: dict
     observables: Any = None  # runner.physics.observables.Observables, or None (observables=none)
+    sector: Any = None  # runner.physics.symmetry.Sector the model projects onto (`auto` resolved), or None
 
 
 # Constructor arguments the runner passes itself (`instantiate`'s runtime keywords), and where from.
@@ -170,8 +173,6 @@ def _check_chunk(chunk_size, sampler):
 def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
     """Refuses the exchange sampler for an H that does not conserve Sz and `exact: true`
     beyond the available memory."""
-    from runner.physics import exact, pauli
-
     if str(config["sampler"].get("_target_", "")).endswith("metropolis_exchange") and not pauli.conserves_sz(hamiltonian):
         raise ConfigError(
             "sampler", "metropolis_exchange conserves Sz, which this Hamiltonian does not; use sampler=metropolis_local or sampler=exact"
@@ -254,6 +255,33 @@ def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
     return {"hilbert": hilbert} if target and "hilbert" in _accepted_keys(_import(target)) else {}
 
 
+def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamiltonian):
+    """The model's `sector` as a `runner.physics.symmetry.Sector`, or None (null, or a model without
+    the key). `auto` is the exact ground state's sector where the run's exact solver runs (the
+    trivial sector, with one warning, where a 2-D irrep holds it), else the trivial sector: k = 0,
+    the fully symmetric irrep, no parity."""
+    target = node.get("_target_")
+    if "sector" not in node or not target or "sector" not in _accepted_keys(_import(target)):
+        return None
+    group = symmetry.space_group(hilbert)
+    sector = symmetry.parse_sector(node["sector"], hilbert, "model.sector", group)
+    if sector != "auto":
+        return sector
+    trivial = symmetry.trivial_sector(hilbert, group)
+    if not exact.wants_exact(settings.exact, hilbert):
+        return trivial
+    try:
+        ground, _ = spectrum.ground_sector(hamiltonian, hilbert)
+    except ValueError as err:
+        raise ConfigError("model.sector", f"auto needs the exact ground state's sector, and {err}; set the sector "
+                                          "or null") from None
+    if ground is None:
+        log.warning("model.sector: auto found the exact ground state in a two-dimensional irrep, which no sector "
+                    "projects onto; using the trivial sector %s", trivial.name)
+        return trivial
+    return ground
+
+
 def build(config: dict) -> Experiment:
     """Validates the whole config and builds the experiment. Touches no device and reads no other
     run's files (a warm start is resolved by the run: `runner.lifecycle.warm_start.resolve`).
@@ -278,7 +306,9 @@ def build(config: dict) -> Experiment:
     hilbert = instantiate("hilbert", config["hilbert"])
     hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
     _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
-    model = instantiate("model", config["model"], param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
+    sector = _sector(config["model"], settings, hilbert, hamiltonian)
+    model_cfg = config["model"] if sector is None else {**config["model"], "sector": sector}
+    model = instantiate("model", model_cfg, param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
     _warn_on_signs(model, hilbert, hamiltonian, dtype_name)
     sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
@@ -308,4 +338,5 @@ def build(config: dict) -> Experiment:
     if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):
         raise ConfigError("preconditioner.momentum", "must be 0 with sampler.machine_pow other than 2 (SPRING "
                                                      "assumes equally weighted samples)")
-    return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed)
+    return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed,
+                      sector)

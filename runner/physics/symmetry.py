@@ -12,8 +12,8 @@ s_{perm_g[i]} (`perm_g[i]` the image of site i), and U(g) psi(s) = psi(g s) move
 
 and F psi = parity psi for the spin flip F. Its projector is P = (1/|G_k|) sum_g chi(g)* U(g)
 over the little group G_k (times (1 + parity F) / 2), so P psi(s) = (1/|G_k|) sum_g chi(g)*
-psi(g s); on the translations chi(t)* = exp(-i k . d_t), the weights `models.symmetrize.images`
-gives a momentum m.
+psi(g s); on the translations chi(t)* = exp(-i k . d_t). A model's `sector` projects with these
+weights (`models.symmetrize`).
 
 Irrep names (Mulliken) of the little co-groups that occur: C1: A. Cs (one mirror; the chain's
 reflection): A' (even), A'' (odd). C2: A, B (odd under the rotation by pi). Cnv, n = 2, 3, 4, 6:
@@ -299,6 +299,14 @@ def sectors(hilbert: Hilbert, parity: bool = False, stars: bool = True, group: S
     chosen = [m for m in momenta(group) if not stars or star(group, m)[0] == m]
     return [Sector(m, name, p, hilbert.total_sz)
             for m in chosen for name in little_group_irreps(group, m)[1] for p in flips]
+
+
+def trivial_sector(hilbert: Hilbert, group: SpaceGroup | None = None) -> Sector:
+    """k = 0 with the fully symmetric irrep of its little co-group (A1, A' or A) and no parity."""
+    group = space_group(hilbert) if group is None else group
+    zero = (0,) * len(group.extents)
+    _, table = little_group_irreps(group, zero)
+    return Sector(zero, next(iter(table)), None, hilbert.total_sz)  # `irreps` lists the trivial one first
 
 
 def parse_sector(spec, hilbert: Hilbert, key: str = "sector", group: SpaceGroup | None = None):
