@@ -297,20 +297,25 @@ from tests.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
 
 LATTICE_MODELS = {
     "rbm_symm_chain": (lambda: hb.chain(6), lambda h, d: RBMSymm(alpha=2, param_dtype=d, hilbert=h)),
-    "rbm_symm_square_parity": (lambda: hb.square(3), lambda h, d: RBMSymm(alpha=1, parity=1, param_dtype=d, hilbert=h)),
+    "rbm_symm_square_parity": (lambda: hb.square(3), lambda h, d: RBMSymm(
+        alpha=1, sector={"momentum": [0, 0], "irrep": "A1", "parity": 1}, param_dtype=d, hilbert=h)),
     "cnn_chain": (lambda: hb.chain(6), lambda h, d: CNN(channels=3, depth=2, param_dtype=d, hilbert=h)),
     "cnn_square": (lambda: hb.square(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
     "cnn_triangular": (lambda: hb.triangular(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
     "cnn_square_projected_parity": (lambda: hb.square(3), lambda h, d: CNN(
-        channels=2, depth=1, symmetries="translations", parity=-1, param_dtype=d, hilbert=h)),
+        channels=2, depth=1, sector={"momentum": [0, 0], "irrep": "A1", "parity": -1}, param_dtype=d, hilbert=h)),
+    "cnn_square_B1": (lambda: hb.square(3), lambda h, d: CNN(
+        channels=2, depth=1, sector={"momentum": [0, 0], "irrep": "B1", "parity": 1}, param_dtype=d, hilbert=h)),
     "vit_chain_projected_momentum": (lambda: hb.chain(6), lambda h, d: ViT(
-        patch_size=6, d_model=4, n_heads=1, symmetries="translations", parity=1, momentum=[1], param_dtype=d, hilbert=h)),
+        patch_size=6, d_model=4, n_heads=1, sector={"momentum": [1], "irrep": "A", "parity": 1}, param_dtype=d,
+        hilbert=h)),
     "vit_square": (lambda: hb.square(2), lambda h, d: ViT(patch_size=1, d_model=4, n_heads=2, param_dtype=d, hilbert=h)),
     "vit_chain_projected": (lambda: hb.chain(6), lambda h, d: ViT(
-        patch_size=2, d_model=4, n_heads=2, symmetries="translations", param_dtype=d, hilbert=h)),
+        patch_size=2, d_model=4, n_heads=2, sector={"momentum": [0], "irrep": "A'"}, param_dtype=d, hilbert=h)),
 }
 # Models whose log psi is invariant under every lattice translation (a ViT only under whole
-# patches unless projected; the momentum model picks up a phase, checked separately).
+# patches unless projected; the momentum model picks up a phase, checked separately; B1 vanishes
+# on many configurations, the transformations of the sectors are in test_symmetrize).
 INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular",
              "cnn_square_projected_parity", "vit_square", "vit_chain_projected"]
 
@@ -380,7 +385,7 @@ def test_momentum_sector_phase(dtype):
     alive = np.asarray(log_psi.real) > np.max(np.asarray(log_psi.real)) - 15
     assert 0.5 < np.mean(alive) < 1
     for u, perm in enumerate(lattice.translations):
-        d_u = model.hilbert.displacement(u)[0]
+        d_u = lattice.translations[u][0]  # the image of site 0
         _same_amplitude(apply(states[:, perm])[alive], (log_psi + 2j * np.pi * d_u / 6)[alive])
 
 
@@ -427,11 +432,12 @@ def test_force_matches_exact_gradient(name, dtype):
 @pytest.mark.parametrize(
     "make,key",
     [(lambda h: RBMSymm(alpha=1.5, hilbert=h), "alpha"), (lambda h: CNN(depth=0, hilbert=h), "depth"),
-     (lambda h: CNN(symmetries="rotations", hilbert=h), "symmetries"), (lambda h: CNN(parity=2, hilbert=h), "parity"),
+     (lambda h: CNN(sector="rotations", hilbert=h), "sector"),
+     (lambda h: CNN(sector={"momentum": [0], "irrep": "A'", "parity": 2}, hilbert=h), "sector.parity"),
      (lambda h: CNN(activation="tanh", hilbert=h), "activation"),
      (lambda h: RBMSymm(group="rotations", hilbert=h), "group"),
-     (lambda h: ViT(patch_size=1, momentum=[1], hilbert=h), "momentum"),
-     (lambda h: ViT(patch_size=1, symmetries="translations", momentum=[1, 0], hilbert=h), "momentum"),
+     (lambda h: ViT(patch_size=1, sector={"momentum": [1], "irrep": "A"}, hilbert=h), "sector"),
+     (lambda h: ViT(patch_size=1, sector={"momentum": [1, 0], "irrep": "A"}, hilbert=h), "sector.momentum"),
      (lambda h: ViT(patch_size=4, hilbert=h), "patch_size"), (lambda h: ViT(d_model=6, n_heads=4, hilbert=h), "n_heads"),
      (lambda h: RBMSymm(), "hilbert")],
 )
@@ -480,7 +486,7 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     small = ["model.d_model=4", "model.n_heads=1"] if name == "vit" else []
     config = compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "sampler.n_samples=64",
                              "sampler.n_chains=8", f"dtype={dtype}", "exact=false", *LATTICE_CONFIGS[name], *small,
-                             "model.symmetries=translations"])
+                             "model.sector={momentum:[0,0],irrep:A1}"])
     problem = build(config).problem
     state = init_state(problem, 0, jnp.ones((16,), jnp.int8))
     _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
