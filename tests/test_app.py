@@ -460,6 +460,28 @@ def test_header_says_which_evaluation_paths_the_model_takes():
     assert paths(MLP(hidden=(4,))).startswith("generic paths")
 
 
+def test_header_logs_the_models_sector_with_auto_resolved(caplog):
+    import types
+
+    from runner.config.build import build
+    from runner.outputs.header import log_header
+    from tests.config.test_build import KAGOME, compose_config
+
+    layout = types.SimpleNamespace(n_devices=1)
+    for exact, line in (("auto", "sector: k=(0,0) B1 P=+1 (auto: from the exact spectrum)"),
+                        ("false", "sector: k=(0,0) A1 (auto: the trivial sector, the exact solver being off)")):
+        config = compose_config([*KAGOME, "model.sector=auto", f"exact={exact}"])
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            log_header(build(config), layout, config)
+        assert line in caplog.text
+    config = compose_config(KAGOME)
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        log_header(build(config), layout, config)
+    assert "model: CNN(" in caplog.text and "sector:" not in caplog.text
+
+
 def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, caplog):
     """A 6x6 probe's step 129 had E = 1.2e15 with an overflowed variance (null in metrics.jsonl): the
     run must stop as on a NaN energy, not go on (it crashed formatting the progress bar)."""
