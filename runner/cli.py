@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+from runner.config import fingerprint
 from runner.errors import ConfigError
 from runner.lifecycle.hparams_search import quiet_storage_logs
 from runner.lifecycle.preemption import EXIT_INTERRUPTED
@@ -92,8 +93,9 @@ def _key_names(argv):
         node = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
         sub = rest.partition(".")[0]
         if isinstance(node, dict) and node and sub not in node:
+            instead = fingerprint.RETIRED_BY.get(f"{head}.{sub}")  # an old key: what replaced it
             raise ConfigError(f"{head}.{sub}", f"is not a key of {head}={option}; "
-                                               f"{_nearest(sub, set(node) - {'_target_'})}")
+                                               f"{instead or _nearest(sub, set(node) - {'_target_'})}")
 
 
 def run_id(env=None) -> str:

@@ -129,3 +129,4 @@ def test_the_retired_projection_keys_of_the_lattice_models():
     assert fingerprint.first_difference({**stored, "model.parity": 1}, today)[0] == "model.parity"
     assert fingerprint.first_difference(stored, {**today, "model.sector": "auto"})[0] == "model.sector"
     assert not fingerprint.same(fingerprint.record(stored), {**today, "model.sector": "auto"})
+
