@@ -121,9 +121,13 @@ def translations_by(hilbert, step: int) -> np.ndarray:
 
 def _class_labels(rows_ExN, invariant_HxN) -> list:
     """A label per row, equal for rows r, r' with psi(s[r]) = psi(s[r']) for every s by the
-    invariance (r' = r o h): the lexicographically smallest row of r o H."""
+    invariance (r' = r o h): the lexicographically smallest row of r o H (H itself for r in H)."""
+    group = {tuple(h) for h in invariant_HxN.tolist()}
     labels = []
     for row in rows_ExN:
+        if tuple(row.tolist()) in group:
+            labels.append("H")
+            continue
         moved_HxN = row[invariant_HxN]
         labels.append(tuple(moved_HxN[np.lexsort(moved_HxN.T[::-1])[0]].tolist()))
     return labels
