@@ -211,7 +211,13 @@ def project(log_psi_fn, sigma_xN, projection: Projection | None):
         return log_psi_fn(sigma_xN)
     perm_GxN, sign_G, weight_G = projection.arrays()
     images_xGxN = sigma_xN[..., perm_GxN] * jnp.asarray(sign_G, sigma_xN.dtype)[:, None]
-    log_psi_xG = log_psi_fn(images_xGxN)
+    return log_weighted_sum(log_psi_fn(images_xGxN), weight_G)
+
+
+def log_weighted_sum(log_psi_xG, weight_G):
+    """log sum_g weight_g exp(log_psi_xG[..., g]) [...], the largest real part taken out before
+    exponentiating (as a constant: it cancels). Real when log psi is real and every weight
+    (a NumPy array [G]) a positive real; complex otherwise."""
     shift_x = jax.lax.stop_gradient(jnp.max(jnp.real(log_psi_xG), axis=-1, keepdims=True))
     positive = np.allclose(weight_G.imag, 0) and np.all(weight_G.real > 0)
     if positive and not jnp.iscomplexobj(log_psi_xG):

@@ -287,7 +287,7 @@ def test_bad_model_values(make, key):
 
 # --- the lattice models (rbm_symm, cnn, vit) and their symmetry projection, against exact sums ----
 
-from models import CNN, RBMSymm, ViT  # noqa: E402
+from models import CNN, GCNN, RBMSymm, ViT  # noqa: E402
 from runner.core import local_energy, precond_types  # noqa: E402
 from runner.core.wavefunction import gradient_mode  # noqa: E402
 from runner.physics import hamiltonians
@@ -312,12 +312,15 @@ LATTICE_MODELS = {
     "vit_square": (lambda: hb.square(2), lambda h, d: ViT(patch_size=1, d_model=4, n_heads=2, param_dtype=d, hilbert=h)),
     "vit_chain_projected": (lambda: hb.chain(6), lambda h, d: ViT(
         patch_size=2, d_model=4, n_heads=2, sector={"momentum": [0], "irrep": "A'"}, param_dtype=d, hilbert=h)),
+    "gcnn_triangular": (lambda: hb.triangular(3), lambda h, d: GCNN(features=[2, 2], param_dtype=d, hilbert=h)),
+    "gcnn_chain_momentum_parity": (lambda: hb.chain(6), lambda h, d: GCNN(
+        features=[3, 2], sector={"momentum": [1], "irrep": "A", "parity": -1}, param_dtype=d, hilbert=h)),
 }
 # Models whose log psi is invariant under every lattice translation (a ViT only under whole
 # patches unless projected; the momentum model picks up a phase, checked separately; B1 vanishes
 # on many configurations, the transformations of the sectors are in test_symmetrize).
 INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular",
-             "cnn_square_projected_parity", "vit_square", "vit_chain_projected"]
+             "cnn_square_projected_parity", "vit_square", "vit_chain_projected", "gcnn_triangular"]
 
 
 def _lattice_model(name, dtype, seed=0):
@@ -328,6 +331,8 @@ def _lattice_model(name, dtype, seed=0):
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
     if name.startswith("rbm_symm"):  # away from its near-uniform start (the deep models start there already)
         params = jax.tree_util.tree_map(lambda x: 10 * x, params)
+    if name.startswith("gcnn"):  # its last layers start small (log psi nearly flat)
+        params = jax.tree_util.tree_map(lambda x: 3 * x, params)
     return lattice, model, states, params
 
 
@@ -411,7 +416,9 @@ def test_local_energies_match_dense_h_psi(name, dtype):
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 @pytest.mark.parametrize("name", ["rbm_symm_chain", "cnn_chain", "cnn_triangular", "vit_chain_projected_momentum",
-                                  "vit_square", "vit_chain_projected"])
+                                  "vit_square", "vit_chain_projected",
+                                  *(pytest.param(n, marks=pytest.mark.slow)  # 40 to 60 s each on 2 busy cores
+                                    for n in ("gcnn_triangular", "gcnn_chain_momentum_parity"))])
 def test_force_matches_exact_gradient(name, dtype):
     """The core's log-derivatives give the force 2 <O* (E_loc - E)> of the exact distribution,
     equal to the derivative of the exact energy <psi|H|psi> / <psi|psi> (Kronecker H)."""
