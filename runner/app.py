@@ -17,7 +17,7 @@ from runner.config.build import Experiment, build
 from runner.core.full_sum import FullSumSampler
 from runner.core.vmc import full_sum_invariance_error, init_state
 from runner.errors import ConfigError
-from runner.lifecycle import finish, hparams_search, loop, rundir, warm_start
+from runner.lifecycle import finish, hparams_search, loop, rundir, sector_check, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import loggers
 from runner.outputs.header import log_header
@@ -255,13 +255,17 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
         training = loop.train(experiment, layout, state, shardings, start, run_dir=run_dir,
                               metrics_log=metrics_log, stop=stop)
         final, observed, peak_check = finish.conclude(experiment, layout, training, shardings, run_dir)
+        found = sector_check.exact_spectrum(experiment) if training.status == "completed" else None
+        sector = sector_check.relative_error(sector_check.fields(experiment, training.state, found, exact_energy),
+                                             final.get("energy"))
         timings = Timings.of(training.step_times, training.compile_seconds, time.perf_counter() - wall_start)
         outcome = Outcome(status=training.status, reason=training.reason, final=final, exact_energy=exact_energy,
                           n_params=n_params, timings=timings, peak_check=peak_check,
-                          observed=observed[0] if observed else None)
+                          observed=observed[0] if observed else None, sector=sector)
         result = summarise(experiment, layout, outcome, metrics_log.records)
         finish.write(run_dir, result, metrics_log.records, exact_energy, observed[1] if observed else None,
                      tracking)
+        sector_check.write(run_dir, found)
         report(result)
         if training.status in ("preempted", "interrupted"):
             stop.hand_over()  # under submitit: requeues the job (and exits)

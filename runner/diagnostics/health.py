@@ -2,6 +2,8 @@
 
 import statistics
 
+from runner.diagnostics import sectors
+
 ACCEPTANCE_LOW = 0.02  # Metropolis chains that (almost) never move: samples are not independent
 ACCEPTANCE_HIGH = 0.98  # proposals (almost) always accepted: a flat or broken amplitude
 R_HAT_MAX = 1.1  # Gelman-Rubin split-chain statistic above which chains disagree
@@ -172,5 +174,6 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
         check_ess([r.get("ess_fraction") for r in records]),
         check_rejections(records),
         check_peaks(summary.get("peak_check")),
+        sectors.check(summary),
     ]
     return [{"name": name, "message": message} for name, message in filter(None, found)]

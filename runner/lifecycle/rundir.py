@@ -29,6 +29,7 @@ JOB_LOG_SUFFIX = ".log"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 CORRELATIONS = "correlations.json"  # with observables: the <Z_i Z_j> matrix and S(q) on every momentum
+SPECTRUM = "spectrum.json"  # the exact levels by symmetry sector (runner.lifecycle.sector_check)
 ENERGY_PLOT = "energy.png"
 OBSERVABLES_PLOT = "observables.png"  # runner.report's, in the directory it reports on
 CHECKPOINT = "checkpoint"

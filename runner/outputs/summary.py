@@ -83,6 +83,7 @@ class Outcome:
     timings: Timings
     peak_check: dict | None = None  # runner.diagnostics.peaks.check_estimate's
     observed: dict | None = None  # with observables: their summary fields
+    sector: dict | None = None  # runner.lifecycle.sector_check.fields: the symmetry sectors' fields
 
 
 def _cg_maxiter(problem) -> int | None:
@@ -123,6 +124,7 @@ def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict
         "peak_check": outcome.peak_check,
         "final_burn_in": final_burn_in(problem.sampler) if completed else None,
         **(outcome.observed or {}),
+        **(outcome.sector or {}),
     }
     fingerprint.stamp(out, settings.fingerprint)
     # judged on completed runs only: a stopped run has no final estimate to judge
