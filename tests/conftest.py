@@ -6,15 +6,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-# The tests compile the same programs many times (each CLI run of a config, every resume, each
-# layout's reference run): XLA's persistent compilation cache, shared by the test processes and
-# the runs they start, compiles each once. Set before JAX is imported, which reads it.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".cache" / "jax"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-
 from runner.parallel.runtime import configure_runtime  # noqa: E402  imports jax, starts no backend
 
 configure_runtime()
@@ -23,6 +14,8 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update("jax_enable_x64", True)
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
