@@ -478,6 +478,7 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
     assert summary["relative_error"] < 0.02, summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
 def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
