@@ -202,23 +202,15 @@ def test_one_step_is_the_same_on_one_and_four_devices(dtype):
     """Built from the config (the sector a spec dict), one step's energy and update on one device
     and on four agree."""
     from runner.config.build import build
-    from runner.core.sampler import sample
-    from runner.core.vmc import energy_and_update, init_state
-    from runner.parallel import mesh
     from tests.config.test_build import compose_config
+    from tests.models.test_models import one_step_on_one_and_four_devices
 
     config = compose_config([*KAGOME_B1, "model.features=[2,2]", "sampler=metropolis_exchange",
                              "sampler.n_samples=64", "sampler.n_chains=8", f"dtype={dtype}", "exact=false"])
     problem = build(config).problem
     assert problem.model.sector == symmetry.Sector((0, 0), "B1", 1, 0)
-    state = init_state(problem, 0, jnp.asarray(np.tile([1, -1], 6), jnp.int8))
-    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
-    step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
-    stats_1, grads_1 = step(state.params, sigma_CxTxN)
-    layout = mesh.make_mesh("sharded")
-    sharded = jax.device_put(sigma_CxTxN, layout.chains)
-    stats_4, grads_4 = step(jax.device_put(state.params, layout.replicated), sharded)
-    assert len(sharded.sharding.device_set) == 4
+    (stats_1, grads_1), (stats_4, grads_4) = one_step_on_one_and_four_devices(
+        problem, jnp.asarray(np.tile([1, -1], 6), jnp.int8))
     np.testing.assert_allclose(stats_4.mean, stats_1.mean, rtol=1e-12)
     # The SR solve rounds differently: 5e-12 seen on entries of 2e-3 (the largest 3e-2).
     for a, b in zip(jax.tree_util.tree_leaves(grads_4), jax.tree_util.tree_leaves(grads_1)):

@@ -478,14 +478,27 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
     assert summary["relative_error"] < 0.02, summary
 
 
+def one_step_on_one_and_four_devices(problem, sigma_N):
+    """((energy stats, update) of one step on one device, the same on four), from the samples of
+    chains started at `sigma_N`, drawn once on one device."""
+    from runner.core.sampler import sample
+    from runner.core.vmc import energy_and_update, init_state
+    from runner.parallel import mesh
+
+    state = init_state(problem, 0, sigma_N)
+    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
+    step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
+    layout = mesh.make_mesh("sharded")
+    sharded = jax.device_put(sigma_CxTxN, layout.chains)
+    assert len(sharded.sharding.device_set) == 4
+    return step(state.params, sigma_CxTxN), step(jax.device_put(state.params, layout.replicated), sharded)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
 def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     from runner.config.build import build
-    from runner.core.sampler import sample
-    from runner.core.vmc import energy_and_update, init_state
-    from runner.parallel import mesh
     from tests.config.test_build import compose_config
 
     # The vit at d_model 4 (under 500 parameters: the dense SR solve). At its default size SR takes
@@ -495,15 +508,8 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     config = compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "sampler.n_samples=64",
                              "sampler.n_chains=8", f"dtype={dtype}", "exact=false", *LATTICE_CONFIGS[name], *small,
                              "model.sector={momentum:[0,0],irrep:A1}"])
-    problem = build(config).problem
-    state = init_state(problem, 0, jnp.ones((16,), jnp.int8))
-    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
-    step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
-    stats_1, grads_1 = step(state.params, sigma_CxTxN)
-    layout = mesh.make_mesh("sharded")
-    sharded = jax.device_put(sigma_CxTxN, layout.chains)
-    stats_4, grads_4 = step(jax.device_put(state.params, layout.replicated), sharded)
-    assert len(sharded.sharding.device_set) == 4
+    (stats_1, grads_1), (stats_4, grads_4) = one_step_on_one_and_four_devices(build(config).problem,
+                                                                              jnp.ones((16,), jnp.int8))
     np.testing.assert_allclose(stats_4.mean, stats_1.mean, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(grads_4), jax.tree_util.tree_leaves(grads_1)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
