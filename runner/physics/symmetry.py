@@ -31,15 +31,8 @@ import numpy as np
 
 from runner.errors import ConfigError
 
-# The geometry tables hilbert builds its lattices from (one home for them).
-from runner.physics.hilbert import (
-    _GEOMETRY,
-    Hilbert,
-    _point_operations,
-    _site_of,
-    all_states,
-    states_to_codes,
-)
+from runner.physics.hilbert import Hilbert, all_states, states_to_codes
+from runner.physics.lattice import GEOMETRY, point_operations, site_of
 
 
 class SpaceGroup(NamedTuple):
@@ -91,7 +84,7 @@ def _geometry(hilbert: Hilbert):
     """(kind, vectors, basis) of the lattice `hilbert` was built as, or None (a graph)."""
     positions = np.asarray(hilbert.positions, float)
     cells = list(itertools.product(*(range(e) for e in hilbert.shape)))
-    for kind, (vectors, basis) in _GEOMETRY.items():
+    for kind, (vectors, basis) in GEOMETRY.items():
         if vectors.shape[0] != positions.shape[1] or len(cells) * len(basis) != hilbert.n_sites:
             continue
         expected = np.array([np.asarray(cell) @ vectors + rb for cell in cells for rb in basis])
@@ -126,7 +119,7 @@ def _kept_operations(hilbert: Hilbert, vectors, basis, ops, center):
             coeffs = (periods @ R.T) @ np.linalg.inv(periods)
             if not np.allclose(coeffs, np.round(coeffs), atol=1e-9):
                 continue
-        perm = _site_of((positions - center) @ R.T + center, vectors, basis, hilbert.shape, hilbert.pbc)
+        perm = site_of((positions - center) @ R.T + center, vectors, basis, hilbert.shape, hilbert.pbc)
         if np.all(perm >= 0) and len(set(perm.tolist())) == len(perm):
             kept.append((p, perm))
     return kept
@@ -143,7 +136,7 @@ def space_group(hilbert: Hilbert) -> SpaceGroup:
         return SpaceGroup(np.arange(n, dtype=np.int32)[None], np.zeros(1, int), np.zeros((1, d), int),
                           np.eye(d)[None], np.eye(d), (1,) * d, np.zeros(d))
     kind, vectors, basis = geometry
-    all_ops = _point_operations(kind)
+    all_ops = point_operations(kind)
     center = _center(vectors, basis, all_ops) if hilbert.pbc else np.mean(hilbert.positions, axis=0)
     kept = _kept_operations(hilbert, vectors, basis, all_ops, center)
     translations = np.asarray(hilbert.translations)
