@@ -10,6 +10,7 @@ import time
 import pytest
 
 from runner import report
+from runner.outputs import sweep_plots, sweep_table
 from tests.conftest import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "n_iter=6"]
@@ -124,7 +125,7 @@ def test_warnings_column_and_runs_that_did_not_complete_are_marked(tmp_path, cap
                                             "n_iter": 10, "steps_done": 2}, energies=[-9.0, -9.1])
     rows = report.report(tmp_path, plots=False)
     out = capsys.readouterr().out
-    header, cells = report.table(rows, ["x"])
+    header, cells = sweep_table.table(rows, ["x"])
     assert header[-1] == "warnings"
     assert [c[1] for c in cells] == ["completed", "completed", "failed !", "preempted !"]
     assert [c[-1] for c in cells] == ["-", "r_hat,relative_error", "-", "-"]
@@ -142,10 +143,10 @@ def test_plots_have_error_bars(tmp_path):
         fake_run(tmp_path / f"{i}_a={alpha}", [f"a={alpha}"], completed(-10.0 + 0.1 / alpha),
                  energies=[-9.0, -9.5, -9.9])
     rows = sorted(report.collect(tmp_path), key=report._sort_key)
-    sweep_fig = report.plot_sweep(rows, "a", tmp_path / "report.png")
+    sweep_fig = sweep_plots.plot_sweep(rows, "a", tmp_path / "report.png")
     (ax,) = sweep_fig.axes
     assert ax.get_yscale() == "log" and len(ax.containers) == 1  # relative error with error bars
-    conv_fig = report.plot_convergence(rows, ["a"], tmp_path / "convergence.png")
+    conv_fig = sweep_plots.plot_convergence(rows, ["a"], tmp_path / "convergence.png")
     energy_ax, rel_ax = conv_fig.axes
     assert len(energy_ax.collections) == 2  # one error band per run
     assert len(rel_ax.containers) == 2  # relative error with error bars per run

@@ -1,0 +1,149 @@
+"""A sweep's plots: relative error, convergence and observables against the swept key."""
+
+from pathlib import Path
+
+import numpy as np
+
+from runner.outputs.plot import log_error_bars
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def as_float(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def plot_sweep(rows: list[dict], key: str, path: Path):
+    """Relative error (when every finished run has one) or energy against the swept `key`, with
+    the energy's error bars.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no run has an energy.
+    """
+    plt = pyplot()
+    points = [(as_float(r["overrides"].get(key)), r) for r in rows if r.get("energy") is not None
+              and r["status"] == "completed"]
+    points = sorted((x, r) for x, r in points if x is not None) if points else []
+    if not points:
+        return None
+    xs = [x for x, _ in points]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if all(r.get("relative_error") is not None for _, r in points):
+        rel = np.array([max(r["relative_error"], 1e-16) for _, r in points])
+        rel_error = np.array([(r.get("energy_error") or 0.0) / abs(r["exact_energy"]) if r.get("exact_energy")
+                              else 0.0 for _, r in points])
+        ax.errorbar(xs, rel, yerr=log_error_bars(rel, rel_error), fmt="o-", capsize=3)
+        ax.set_yscale("log")
+        ax.set_ylabel("relative error")
+    else:
+        ax.errorbar(xs, [r["energy"] for _, r in points],
+                    yerr=[r.get("energy_error") or 0.0 for _, r in points], fmt="o-", capsize=3)
+        exact = [(x, r["exact_energy"]) for x, r in points if r.get("exact_energy") is not None]
+        if exact:
+            ax.plot(*zip(*exact), "k--", label="exact")
+            ax.legend()
+        ax.set_ylabel("energy")
+    ax.set_xlabel(key)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
+
+
+def plot_convergence(rows: list[dict], keys: list[str], path: Path):
+    """Energy against step for every run with metrics (with an error band); relative error with
+    error bars too when the exact energy is known.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no run has metrics.
+    """
+    plt = pyplot()
+    curves = [r for r in rows if any(rec.get("energy") is not None for rec in r["records"])]
+    if not curves:
+        return None
+    with_exact = [r for r in curves if r.get("exact_energy")]
+    fig, axes = plt.subplots(1, 2 if with_exact else 1, figsize=(11 if with_exact else 6.5, 4), squeeze=False)
+    for row in curves:
+        label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys) or row["run"]
+        kept = [rec for rec in row["records"] if rec.get("energy") is not None]
+        steps = np.array([rec["step"] for rec in kept])
+        energy = np.array([rec["energy"] for rec in kept])
+        error = np.array([rec.get("energy_error") or 0.0 for rec in kept])
+        (line,) = axes[0, 0].plot(steps, energy, lw=1, label=label)
+        axes[0, 0].fill_between(steps, energy - error, energy + error, color=line.get_color(), alpha=0.25, lw=0)
+        if row.get("exact_energy"):
+            exact = row["exact_energy"]
+            axes[0, 0].axhline(exact, color=line.get_color(), ls="--", lw=0.8)
+            rel = np.maximum(np.abs(energy - exact) / abs(exact), 1e-16)
+            axes[0, 1].errorbar(steps, rel, yerr=log_error_bars(rel, error / abs(exact)), lw=1,
+                                elinewidth=0.5, color=line.get_color(), label=label)
+    axes[0, 0].set_xlabel("step")
+    axes[0, 0].set_ylabel("energy")
+    if with_exact:
+        axes[0, 1].set_yscale("log")
+        axes[0, 1].set_xlabel("step")
+        axes[0, 1].set_ylabel("relative error")
+    if len(curves) <= 12:
+        axes[0, 0].legend(fontsize=7)
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
+
+
+def plot_observables(rows: list[dict], key: str, keys: list[str], path: Path):
+    """Every observable of the runs' summaries (with error bars) against the swept `key`, one
+    panel per observable, one curve per value of the other swept keys.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no completed run with a
+        numeric `key` has observables.
+    """
+    plt = pyplot()
+    curves, names = {}, []
+    for row in rows:
+        x = as_float(row["overrides"].get(key))
+        observed = row.get("summary", {}).get("observables") or {}
+        if x is None or row["status"] != "completed" or not observed:
+            continue
+        label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys if k != key)
+        for name, value in observed.items():
+            if value.get("mean") is not None:
+                names += [name] if name not in names else []
+                curves.setdefault(label, {}).setdefault(name, []).append((x, value["mean"], value.get("error") or 0.0))
+    if not names:
+        return None
+    cols = min(3, len(names))
+    n_rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(4.2 * cols, 3.2 * n_rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for label, by_name in curves.items():
+            points = sorted(by_name.get(name, []))
+            if points:
+                xs, means, errors = zip(*points)
+                ax.errorbar(xs, means, yerr=errors, fmt="o-", capsize=3, ms=4, label=label or None)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel(key)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    if len(curves) > 1 and len(curves) <= 12:
+        axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
