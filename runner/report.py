@@ -9,14 +9,28 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from runner.lifecycle import rundir
+from runner.outputs import sector_spectrum, structure_factor_plot
 from runner.outputs.loggers import MLFLOW_DB, TENSORBOARD_DIR, TRACKING_DIRS
-from runner.outputs.sweep_plots import as_float, plot_convergence, plot_observables, plot_sweep
+from runner.outputs.sweep_plots import (
+    as_float,
+    plot_convergence,
+    plot_energy,
+    plot_observables,
+    plot_sweep,
+)
 from runner.outputs.sweep_table import format_table, problems, table, write_csv
 
 RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably still running
 # what runner.app logs (into the run's Hydra job log, from any rank) when a process raises
 FAILED_LINE = re.compile(r"\] - process \d+ of \d+ failed$", re.M)
+SECTOR_FIELDS = ("exact_sector", "sector", "sector_exact_energy", "sector_relative_error")  # summary.json's
+# What the report writes into the directory it reports on (observables.png is rundir.OBSERVABLES_PLOT).
+REPORT_CSV, RELATIVE_ERROR_PLOT, CONVERGENCE_PLOT = "report.csv", "report.png", "convergence.png"
+ENERGY_PLOT, STRUCTURE_FACTOR_PLOT = "sweep_energy.png", "structure_factor.png"
+SPECTRUM_PLOT, GAPS_CSV = "sector_spectrum.png", "gaps.csv"
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -58,10 +72,8 @@ def _read_metrics(path: Path) -> list[dict]:
 def _read_overrides(run: Path) -> dict[str, str]:
     """`key=value` overrides of a Hydra run (group choices included), as strings."""
     try:
-        import yaml
-
         items = yaml.safe_load((run / rundir.OVERRIDES).read_text()) or []
-    except (OSError, ImportError, ValueError):
+    except (OSError, ValueError):
         return {}
     out = {}
     for item in items:
@@ -71,13 +83,13 @@ def _read_overrides(run: Path) -> dict[str, str]:
     return out
 
 
-def _configured_n_iter(run: Path):
+def _read_config(run: Path) -> dict:
+    """The run's resolved config (`.hydra/config.yaml`), empty when unreadable."""
     try:
-        import yaml
-
-        return (yaml.safe_load((run / rundir.CONFIG).read_text()) or {}).get("n_iter")
-    except (OSError, ImportError, ValueError, AttributeError):
-        return None
+        config = yaml.safe_load((run / rundir.CONFIG).read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def _failed_in_log(run: Path) -> bool:
@@ -103,13 +115,15 @@ def _status_without_summary(run: Path, records: list[dict]) -> str:
 
 
 def collect(root: Path) -> list[dict]:
-    """One row per run: its overrides (`overrides`), the table columns, its metrics (`records`) and
-    its summary (`summary`, empty without one)."""
+    """One row per run: its overrides (`overrides`), the table columns, its metrics (`records`),
+    summary (`summary`, empty without one), `total_sz` (from its config), and the contents of its
+    correlations.json (`correlations`) and spectrum.json (`spectrum`), None where absent."""
     rows = []
     for run in find_runs(root):
         summary = _read_json(run / rundir.SUMMARY) or {}
         records = _read_metrics(run / rundir.METRICS)
-        n_iter = summary.get("n_iter", _configured_n_iter(run))
+        config = _read_config(run)
+        n_iter = summary.get("n_iter", config.get("n_iter"))
         done = summary.get("steps_done", len(records))
         row = {
             "run": "." if run == root else str(run.relative_to(root)),
@@ -122,10 +136,13 @@ def collect(root: Path) -> list[dict]:
             "warnings": [w.get("name", "?") for w in summary.get("warnings") or []],
             "warning_messages": [w.get("message", "") for w in summary.get("warnings") or []],
             "reason": summary.get("reason"),
+            "total_sz": (config.get("hilbert") or {}).get("total_sz"),
+            "correlations": _read_json(run / rundir.CORRELATIONS),
+            "spectrum": _read_json(run / rundir.SPECTRUM),
         }
         if summary:
             for key in ("energy", "energy_error", "exact_energy", "relative_error", "v_score",
-                        "processes", "devices"):
+                        "processes", "devices", *SECTOR_FIELDS):
                 row[key] = summary.get(key)
             spi = summary.get("seconds_per_iter")
             row["ms_per_iter"] = 1e3 * spi if spi is not None else None
@@ -198,8 +215,54 @@ def tracking_lines(root: Path, rows: list[dict]) -> list[str]:
     return lines
 
 
-def report(root: Path, plots: bool = True) -> list[dict]:
-    """Prints the table, writes report.csv (and report.png, convergence.png) into `root`.
+def _plots(root: Path, rows: list[dict], keys: list[str], point: str | None) -> list[Path]:
+    """Writes the plots that apply (`report`; nothing against a key that chooses a sector in a
+    sweep over sectors: `sector_spectrum` draws those); returns their paths."""
+    written = []
+    sectors = bool(sector_spectrum.groups(rows, keys))
+    numeric = [k for k in keys if all(as_float(r["overrides"].get(k)) is not None for r in rows)
+               and not (sectors and sector_spectrum.is_sector_key(k))]
+    if len(keys) == 1 and numeric and plot_sweep(rows, keys[0], root / RELATIVE_ERROR_PLOT) is not None:
+        written.append(root / RELATIVE_ERROR_PLOT)
+    if plot_convergence(rows, keys, root / CONVERGENCE_PLOT) is not None:
+        written.append(root / CONVERGENCE_PLOT)
+    for key in numeric:  # energy and observables against each numeric swept key
+        suffix = "" if len(numeric) == 1 else f"_{key}"
+        for plot, name in ((plot_energy, ENERGY_PLOT), (plot_observables, rundir.OBSERVABLES_PLOT)):
+            target = root / name.replace(".png", f"{suffix}.png")
+            if plot(rows, key, keys, target) is not None:
+                written.append(target)
+    runs = structure_factor_plot.chosen(rows, point)
+    if point is not None and not runs:
+        print(f"no completed run {point!r} with S(q) under {root}")
+    labels = [", ".join(f"{k}={r['overrides'].get(k, '-')}" for k in keys) or r["run"] for r in runs]
+    if structure_factor_plot.plot_structure_factor(runs, labels, root / STRUCTURE_FACTOR_PLOT) is not None:
+        written.append(root / STRUCTURE_FACTOR_PLOT)
+    return written
+
+
+def _sectors(root: Path, rows: list[dict], keys: list[str], plots: bool) -> list[Path]:
+    """For a sweep over sectors: prints and writes the gaps, draws the spectrum of each group."""
+    found = sector_spectrum.groups(rows, keys)
+    if not found:
+        return []
+    tables = {label: sector_spectrum.gaps(runs) for label, runs in found.items()}
+    print("\n" + "\n\n".join(sector_spectrum.format_gaps(label, t) for label, t in tables.items()))
+    sector_spectrum.write_gaps(tables, root / GAPS_CSV)
+    written = [root / GAPS_CSV]
+    for i, runs in enumerate(found.values() if plots else []):
+        target = root / (SPECTRUM_PLOT if len(found) == 1 else SPECTRUM_PLOT.replace(".png", f"_{i}.png"))
+        if sector_spectrum.plot_spectrum(runs, target) is not None:
+            written.append(target)
+    return written
+
+
+def report(root: Path, plots: bool = True, point: str | None = None) -> list[dict]:
+    """Prints the table (and a sector sweep's gaps), writes report.csv and the plots into `root`.
+
+    Args:
+        point: the run (its `run` column) whose S(q) is drawn; None: up to
+            `structure_factor_plot.MAX_RUNS` runs.
 
     Returns:
         The rows, one per run (empty when `root` holds no run).
@@ -219,18 +282,10 @@ def report(root: Path, plots: bool = True) -> list[dict]:
     tracked = tracking_lines(root, rows)
     if tracked:
         print("\n".join(["", *tracked]))
-    write_csv(rows, keys, root / "report.csv")
-    written = [root / "report.csv"]
+    write_csv(rows, keys, root / REPORT_CSV)
+    written = [root / REPORT_CSV, *_sectors(root, rows, keys, plots)]
     if plots:
-        numeric = [k for k in keys if all(as_float(r["overrides"].get(k)) is not None for r in rows)]
-        if len(keys) == 1 and numeric and plot_sweep(rows, keys[0], root / "report.png") is not None:
-            written.append(root / "report.png")
-        if plot_convergence(rows, keys, root / "convergence.png") is not None:
-            written.append(root / "convergence.png")
-        for key in numeric:  # observables against each numeric swept key
-            target = root / (rundir.OBSERVABLES_PLOT if len(numeric) == 1 else f"observables_{key}.png")
-            if plot_observables(rows, key, keys, target) is not None:
-                written.append(target)
+        written += _plots(root, rows, keys, point)
     print("wrote " + ", ".join(str(p) for p in written))
     return rows
 
@@ -238,12 +293,13 @@ def report(root: Path, plots: bool = True) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runner.report", description=__doc__)
     parser.add_argument("dir", type=Path, help="a run directory or a sweep directory")
-    parser.add_argument("--no-plots", action="store_true", help="only the table and the CSV")
+    parser.add_argument("--no-plots", action="store_true", help="only the table and the CSVs")
+    parser.add_argument("--point", metavar="RUN", help="draw S(q) of this run only (its directory under DIR)")
     args = parser.parse_args(argv)
     if not args.dir.is_dir():
         print(f"Error: {args.dir} is not a directory.", file=sys.stderr)
         return 2
-    if not report(args.dir, plots=not args.no_plots):
+    if not report(args.dir, plots=not args.no_plots, point=args.point):
         print(f"Error: no runs under {args.dir} (no {rundir.SUMMARY}, {rundir.METRICS} or {rundir.OVERRIDES}).",
               file=sys.stderr)
         return 2

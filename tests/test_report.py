@@ -16,11 +16,16 @@ from tests.conftest import REPO, run_cli
 SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "n_iter=6"]
 
 
-def fake_run(path, overrides, summary=None, energies=(), age_s=0.0):
-    """A run directory as the runner writes it: .hydra/overrides.yaml, metrics.jsonl, summary.json."""
+def fake_run(path, overrides, summary=None, energies=(), age_s=0.0, total_sz=None, files=None):
+    """A run directory as the runner writes it: .hydra/overrides.yaml and config.yaml (with
+    hilbert.total_sz), metrics.jsonl, summary.json, and `files` ({name: JSON object}:
+    correlations.json, spectrum.json)."""
     (path / ".hydra").mkdir(parents=True)
     (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (path / ".hydra" / "config.yaml").write_text("n_iter: 10\nseed: 0\n")
+    sz = "null" if total_sz is None else total_sz
+    (path / ".hydra" / "config.yaml").write_text(f"n_iter: 10\nseed: 0\nhilbert:\n  total_sz: {sz}\n")
+    for name, content in (files or {}).items():
+        (path / name).write_text(json.dumps(content))
     if energies:
         lines = [json.dumps({"step": i, "energy": e, "energy_error": 0.01}) for i, e in enumerate(energies)]
         (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")

@@ -1,10 +1,12 @@
-"""A sweep's plots: relative error, convergence and observables against the swept key."""
+"""A sweep's plots against the swept key: relative error, energy, observables; and convergence."""
 
 from pathlib import Path
 
 import numpy as np
 
 from runner.outputs.plot import log_error_bars
+
+ZERO_TOLERANCE = 1e-10  # an observable whose means, errors and exact values are all below this is zero
 
 
 def pyplot():
@@ -105,44 +107,110 @@ def plot_convergence(rows: list[dict], keys: list[str], path: Path):
     return fig
 
 
-def plot_observables(rows: list[dict], key: str, keys: list[str], path: Path):
-    """Every observable of the runs' summaries (with error bars) against the swept `key`, one
-    panel per observable, one curve per value of the other swept keys.
+def _curves(rows: list[dict], key: str, keys: list[str]) -> dict[str, list[tuple[float, dict]]]:
+    """The completed runs with a numeric `key`, sorted along it, by the values of the other swept
+    keys: {label: [(x, row)]}."""
+    curves = {}
+    for row in rows:
+        x = as_float(row["overrides"].get(key))
+        if x is not None and row["status"] == "completed":
+            label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys if k != key)
+            curves.setdefault(label, []).append((x, row))
+    return {label: sorted(points, key=lambda p: p[0]) for label, points in curves.items()}
+
+
+def plot_energy(rows: list[dict], key: str, keys: list[str], path: Path):
+    """The energy with its error bars against the swept `key`, one curve per value of the other
+    swept keys, with the exact ground energy (dashed) and, where it differs, the lowest exact level
+    the model's sector can reach (dotted) in the curve's colour.
 
     Returns:
         The matplotlib Figure (closed; written to `path`), or None when no completed run with a
-        numeric `key` has observables.
+        numeric `key` has an energy.
     """
     plt = pyplot()
-    curves, names = {}, []
-    for row in rows:
-        x = as_float(row["overrides"].get(key))
-        observed = row.get("summary", {}).get("observables") or {}
-        if x is None or row["status"] != "completed" or not observed:
-            continue
-        label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys if k != key)
-        for name, value in observed.items():
-            if value.get("mean") is not None:
-                names += [name] if name not in names else []
-                curves.setdefault(label, {}).setdefault(name, []).append((x, value["mean"], value.get("error") or 0.0))
-    if not names:
+    curves = {label: [(x, r) for x, r in points if r.get("energy") is not None]
+              for label, points in _curves(rows, key, keys).items()}
+    curves = {label: points for label, points in curves.items() if points}
+    if not curves:
         return None
-    cols = min(3, len(names))
-    n_rows = -(-len(names) // cols)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for label, points in curves.items():
+        xs = [x for x, _ in points]
+        bars = ax.errorbar(xs, [r["energy"] for _, r in points], yerr=[r.get("energy_error") or 0.0 for _, r in points],
+                           fmt="o-", capsize=3, ms=4, label=label or "VMC")
+        color = bars.lines[0].get_color()
+        for field, style, name in (("exact_energy", "--", "exact"), ("sector_exact_energy", ":", "exact in sector")):
+            known = [(x, r[field]) for x, r in points if r.get(field) is not None]
+            if field == "sector_exact_energy":
+                known = [(x, e) for (x, e), (_, r) in zip(known, points) if e != r.get("exact_energy")]
+            if known:
+                ax.plot(*zip(*known), style, color=color, lw=1, label=f"{name}, {label}" if label else name)
+    ax.set_xlabel(key)
+    ax.set_ylabel("energy")
+    ax.grid(alpha=0.3)
+    if len(ax.get_legend_handles_labels()[1]) <= 12:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
+
+
+def is_zero(points, tolerance: float = ZERO_TOLERANCE) -> bool:
+    """Whether every (mean, error, exact or None) of an observable is within `tolerance` of zero:
+    a panel that symmetry keeps at zero (M_z and M_z^2 at total_sz = 0)."""
+    return all(abs(m) <= tolerance and abs(e) <= tolerance and (x is None or abs(x) <= tolerance)
+               for m, e, x in points)
+
+
+def _observed(curves) -> dict[str, dict[str, list]]:
+    """{name: {label: [(x, mean, error, exact or None)]}} of the runs' summaries."""
+    out = {}
+    for label, points in curves.items():
+        for x, row in points:
+            exact = row.get("summary", {}).get("exact_observables") or {}
+            for name, value in (row.get("summary", {}).get("observables") or {}).items():
+                if value.get("mean") is not None:
+                    out.setdefault(name, {}).setdefault(label, []).append(
+                        (x, value["mean"], value.get("error") or 0.0, exact.get(name)))
+    return out
+
+
+def plot_observables(rows: list[dict], key: str, keys: list[str], path: Path):
+    """Every observable of the runs' summaries (with error bars) against the swept `key`, one
+    panel per observable, one curve per value of the other swept keys, the exact values
+    (`exact_observables`) as crosses on a dashed line; observables zero over the whole sweep
+    (`is_zero`) get no panel.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no completed run with a
+        numeric `key` has an observable that is not zero.
+    """
+    plt = pyplot()
+    observed = _observed(_curves(rows, key, keys))
+    observed = {name: by_label for name, by_label in observed.items()
+                if not is_zero([p[1:] for points in by_label.values() for p in points])}
+    if not observed:
+        return None
+    cols = min(3, len(observed))
+    n_rows = -(-len(observed) // cols)
     fig, axes = plt.subplots(n_rows, cols, figsize=(4.2 * cols, 3.2 * n_rows), squeeze=False)
-    for ax, name in zip(axes.flat, names):
-        for label, by_name in curves.items():
-            points = sorted(by_name.get(name, []))
-            if points:
-                xs, means, errors = zip(*points)
-                ax.errorbar(xs, means, yerr=errors, fmt="o-", capsize=3, ms=4, label=label or None)
+    for ax, (name, by_label) in zip(axes.flat, observed.items()):
+        for label, points in by_label.items():
+            xs, means, errors, exact = zip(*points)
+            bars = ax.errorbar(xs, means, yerr=errors, fmt="o-", capsize=3, ms=4, label=label or None)
+            known = [(x, e) for x, e in zip(xs, exact) if e is not None]
+            if known:
+                ax.plot(*zip(*known), "x--", color=bars.lines[0].get_color(), lw=1,
+                        label=f"exact, {label}" if label else "exact")
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(key)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(names):]:
+        if len(by_label) <= 6 and ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(observed):]:
         ax.set_visible(False)
-    if len(curves) > 1 and len(curves) <= 12:
-        axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

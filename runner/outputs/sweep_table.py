@@ -4,7 +4,8 @@ import csv
 from pathlib import Path
 
 COLUMNS = ("status", "steps", "energy", "energy_error", "exact_energy", "relative_error", "v_score",
-           "ms_per_iter", "processes", "devices", "warnings", "reason")
+           "ms_per_iter", "processes", "devices", "warnings", "reason", "total_sz", "sector", "exact_sector",
+           "sector_exact_energy", "sector_relative_error")
 NOT_DONE = ("failed", "preempted", "interrupted")  # marked in the table, with the summary's reason
 
 
@@ -53,19 +54,31 @@ def problems(rows: list[dict]) -> list[str]:
 
 def format_table(header, cells) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *cells)]
-    line = lambda cs: "  ".join(str(c).ljust(w) for c, w in zip(cs, widths)).rstrip()  # noqa: E731
+    line = lambda cs: "  ".join(str(c).ljust(w) for c, w in zip(cs, widths)).rstrip()
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
 
+def observable_cells(row: dict, names: list[str]) -> list:
+    """obs/NAME, obs_error/NAME and exact/NAME of each name, from the run's summary."""
+    summary = row.get("summary") or {}
+    observed, exact = summary.get("observables") or {}, summary.get("exact_observables") or {}
+    return [cell for name in names for cell in ((observed.get(name) or {}).get("mean"),
+                                                (observed.get(name) or {}).get("error"), exact.get(name))]
+
+
 def write_csv(rows: list[dict], keys: list[str], path: Path) -> None:
-    """All runs with their swept overrides and full-precision numbers."""
+    """All runs with their swept overrides and full-precision numbers, the observables last."""
     columns = list(COLUMNS) + (["mlflow_run_id"] if any("mlflow_run_id" in r for r in rows) else [])
+    names = []
+    for row in rows:
+        names += [n for n in ((row.get("summary") or {}).get("observables") or {}) if n not in names]
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["run"] + keys + columns)
+        writer.writerow(["run"] + keys + columns + [f"{kind}/{n}" for n in names for kind in ("obs", "obs_error", "exact")])
         for row in rows:
             writer.writerow([row["run"]] + [row["overrides"].get(k, "") for k in keys]
-                            + [_csv_cell(row.get(c)) for c in columns])
+                            + [_csv_cell(row.get(c)) for c in columns]
+                            + [_csv_cell(v) for v in observable_cells(row, names)])
 
 
 def _csv_cell(value):
