@@ -155,3 +155,24 @@ def test_plots_have_error_bars(tmp_path):
     energy_ax, rel_ax = conv_fig.axes
     assert len(energy_ax.collections) == 2  # one error band per run
     assert len(rel_ax.containers) == 2  # relative error with error bars per run
+
+
+@pytest.mark.slow
+def test_report_of_a_real_sweep_over_sectors(tmp_path, capsys):
+    """Heisenberg chain L=6, S^z=0: the singlet ground state (k=0, P=+1) and the lowest triplet
+    level there (k=pi, P=-1); their gap against the exact one of spectrum.json."""
+    sectors = "{momentum:[0],irrep:\"A'\",parity:1},{momentum:[3],irrep:\"A'\",parity:-1}"
+    run_cli(["-m", "hilbert=chain", "hilbert.L=6", "hamiltonian=heisenberg", "hilbert.total_sz=0",
+             "sampler=metropolis_exchange", "model=gcnn", "model.features=[4]", "n_iter=20", "sampler.n_samples=256",
+             "sampler.n_chains=8", "final_rounds=1", "exact=true", f"model.sector={sectors}",
+             f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
+    rows = report.report(tmp_path)
+    assert [r["sector"] for r in rows] == ["k=(0) A' P=+1", "k=(3) A' P=-1"]
+    with (tmp_path / "gaps.csv").open() as f:
+        low, triplet = csv.DictReader(f)
+    spectrum = json.loads((rows[0]["path"] / "spectrum.json").read_text())["levels"]
+    exact_gap = spectrum["k=(3) A' P=-1"][0] - spectrum["k=(0) A' P=+1"][0]
+    assert float(triplet["exact_gap"]) == pytest.approx(exact_gap, abs=1e-9)
+    assert abs(float(triplet["gap"]) - exact_gap) < 5 * float(triplet["gap_error"]) + 1e-3 * exact_gap
+    assert (tmp_path / "sector_spectrum.png").is_file()
+    assert "gaps above the lowest run (0: k=(0) A' P=+1, total_sz 0)" in capsys.readouterr().out

@@ -78,13 +78,21 @@ def gaps(runs: list[dict]) -> list[dict]:
     return out
 
 
+def _short(run: str) -> str:
+    """A sweep job's number (Hydra's subdirectories start with it), else the run's path."""
+    head = run.split("/")[-1].split("_")[0]
+    return head if head.isdigit() else run
+
+
 def format_gaps(label: str, table: list[dict]) -> str:
-    """The gaps as text: a title naming the lowest run, then one line per run."""
+    """The gaps as text: a title naming the lowest run, then one line per run (by its job number)."""
     show = lambda v, f: "-" if v is None else format(v, f)
-    lines = [f"gaps above the lowest run ({table[0]['run']})" + (f", {label}" if label else "") + ":"]
-    cells = [["run", "sector", "Sz", "energy", "gap", "exact gap"]]
+    low = table[0]
+    lines = [f"gaps above the lowest run ({_short(low['run'])}: {low['sector'] or 'no sector'}, "
+             f"total_sz {show(low['total_sz'], 'g')})" + (f", {label}" if label else "") + ":"]
+    cells = [["run", "sector", "total_sz", "energy", "gap", "exact gap"]]
     for g in table:
-        cells.append([g["run"], g["sector"] or "-", show(g["total_sz"], "g"),
+        cells.append([_short(g["run"]), g["sector"] or "-", show(g["total_sz"], "g"),
                       f"{g['energy']:.8f} ± {show(g['energy_error'], '.1e')}",
                       f"{g['gap']:.6f} ± {g['gap_error']:.1e}", show(g["exact_gap"], ".6f")])
     widths = [max(len(str(c)) for c in col) for col in zip(*cells)]

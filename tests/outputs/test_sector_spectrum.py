@@ -107,7 +107,7 @@ def test_spectrum_plot_draws_every_run_and_every_exact_level(sector_sweep):
 def test_report_prints_and_writes_the_gaps(sector_sweep, capsys):
     report.report(sector_sweep)
     out = capsys.readouterr().out
-    assert "gaps above the lowest run (0_x):" in out
+    assert "gaps above the lowest run (0: k=(0) A' P=+1, total_sz 0):" in out
     assert "0.300000 ± 1.3e-01" in out
     with (sector_sweep / "gaps.csv").open() as f:
         table = list(csv.DictReader(f))
