@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from runner.lifecycle import rundir
+from runner.lifecycle import rundir, sector_check
 from runner.outputs import sector_spectrum, structure_factor_plot
 from runner.outputs.loggers import MLFLOW_DB, TENSORBOARD_DIR, TRACKING_DIRS
 from runner.outputs.sweep_plots import (
@@ -26,7 +26,6 @@ from runner.outputs.sweep_table import format_table, problems, table, write_csv
 RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably still running
 # what runner.app logs (into the run's Hydra job log, from any rank) when a process raises
 FAILED_LINE = re.compile(r"\] - process \d+ of \d+ failed$", re.M)
-SECTOR_FIELDS = ("exact_sector", "sector", "sector_exact_energy", "sector_relative_error")  # summary.json's
 # What the report writes into the directory it reports on (observables.png is rundir.OBSERVABLES_PLOT).
 REPORT_CSV, RELATIVE_ERROR_PLOT, CONVERGENCE_PLOT = "report.csv", "report.png", "convergence.png"
 ENERGY_PLOT, STRUCTURE_FACTOR_PLOT = "sweep_energy.png", "structure_factor.png"
@@ -142,7 +141,7 @@ def collect(root: Path) -> list[dict]:
         }
         if summary:
             for key in ("energy", "energy_error", "exact_energy", "relative_error", "v_score",
-                        "processes", "devices", *SECTOR_FIELDS):
+                        "processes", "devices", *sector_check.FIELDS):
                 row[key] = summary.get(key)
             spi = summary.get("seconds_per_iter")
             row["ms_per_iter"] = 1e3 * spi if spi is not None else None
