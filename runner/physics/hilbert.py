@@ -32,6 +32,8 @@ class Hilbert(NamedTuple):
             the point group (chain: the reflection; square: C4v; triangular, honeycomb, kagome:
             C6v) composed with every translation, as far as the finite lattice keeps them; row 0
             the identity, rows 0..T-1 the translations (see `lattice.space_group`). None: the identity.
+        copies: the sites are this many copies of one space side by side (N / copies sites each,
+            `physics.replicas`), `total_sz` fixed in each copy; 1 for an ordinary space.
     """
 
     n_sites: int
@@ -46,20 +48,21 @@ class Hilbert(NamedTuple):
     momenta: np.ndarray
     next_bonds_issue: str | None = None
     space_group: np.ndarray | None = None
+    copies: int = 1
 
     @property
     def n_up(self) -> int | None:
-        """Number of up spins fixed by `total_sz`, or None."""
+        """Number of up spins fixed by `total_sz` (in each copy), or None."""
         if self.total_sz is None:
             return None
-        return int(round(self.n_sites / 2 + self.total_sz))
+        return int(round(self.n_sites // self.copies / 2 + self.total_sz))
 
     @property
     def n_states(self) -> int:
         """Dimension of the (constrained) Hilbert space."""
         if self.total_sz is None:
             return 2**self.n_sites
-        return math.comb(self.n_sites, self.n_up)
+        return math.comb(self.n_sites // self.copies, self.n_up) ** self.copies
 
 
 def _check_total_sz(n_sites, total_sz):
@@ -218,17 +221,22 @@ def graph(
 
 
 def all_states(hilbert: Hilbert) -> np.ndarray:
-    """Every basis state of the (constrained) space, int8 [n_states, N], in binary order.
+    """Every basis state of the (constrained) space, int8 [n_states, N], in binary order (with
+    copies, total_sz in each).
 
     Site 0 is the most significant bit; bit 1 means spin up (+1).
     """
     n = hilbert.n_sites
     codes = np.arange(2**n, dtype=np.int64)
     if hilbert.total_sz is not None:
-        ups = np.zeros_like(codes)
-        for k in range(n):
-            ups += (codes >> k) & 1
-        codes = codes[ups == hilbert.n_up]
+        width = n // hilbert.copies
+        keep = np.ones(len(codes), bool)
+        for copy in range(hilbert.copies):
+            ups = np.zeros_like(codes)
+            for k in range(copy * width, (copy + 1) * width):
+                ups += (codes >> k) & 1
+            keep &= ups == hilbert.n_up
+        codes = codes[keep]
     return codes_to_states(codes, n)
 
 

@@ -22,13 +22,10 @@ def hamiltonian(ham: pauli.PauliSum, n_copies: int) -> pauli.PauliSum:
 
 def hilbert(space: Hilbert, n_copies: int) -> Hilbert:
     """K copies of `space` as one space of K N sites: the bonds of each copy, no bond between
-    copies, no symmetry beyond the identity.
-
-    Raises:
-        ConfigError: a fixed total_sz (the samplers would keep only the sum over the copies).
-    """
-    if space.total_sz is not None:
-        raise ConfigError("total_sz", "cannot be fixed for several states yet: each copy would need its own Sz")
+    copies (exchange moves keep each copy's Sz), no symmetry beyond the identity; a fixed
+    total_sz holds in each copy."""
+    if space.copies != 1:
+        raise ConfigError("n_states", "copies of a space of copies are not supported")
     n = space.n_sites
 
     def shift(pairs):
@@ -40,7 +37,7 @@ def hilbert(space: Hilbert, n_copies: int) -> Hilbert:
         bonds=shift(space.bonds),
         next_bonds=shift(space.next_bonds),
         sublattice=None if space.sublattice is None else np.tile(space.sublattice, n_copies),
-        total_sz=None,
+        total_sz=space.total_sz,
         shape=(n * n_copies,),
         pbc=space.pbc,
         positions=np.tile(space.positions, (n_copies, 1)),
@@ -48,4 +45,5 @@ def hilbert(space: Hilbert, n_copies: int) -> Hilbert:
         momenta=np.zeros((1, space.positions.shape[1])),
         next_bonds_issue=space.next_bonds_issue,
         space_group=identity,
+        copies=n_copies,
     )

@@ -67,8 +67,21 @@ def test_copies_hamiltonian_is_the_kronecker_sum():
     assert np.allclose(big, np.kron(dense, eye) + np.kron(eye, dense), atol=1e-12)
     two = replicas.hilbert(space, 2)
     assert two.n_sites == 6 and len(two.bonds) == 2 * len(space.bonds)
-    with pytest.raises(ConfigError, match="total_sz"):
-        replicas.hilbert(hb.chain(4, total_sz=0), 2)
+    with pytest.raises(ConfigError, match="copies"):
+        replicas.hilbert(two, 2)
+
+
+def test_copies_keep_total_sz_in_each_copy():
+    """A fixed total_sz holds in each copy: the basis, its size and the samplers' random starts."""
+    from runner.core.sampler import random_state
+
+    two = replicas.hilbert(hb.chain(4, total_sz=0), 3)
+    states = hb.all_states(two)
+    assert two.n_states == len(states) == 6**3
+    assert np.all(states.reshape(len(states), 3, 4).sum(-1) == 0)
+    starts = jax.vmap(lambda k: random_state(two, k))(jax.random.split(jax.random.PRNGKey(0), 64))
+    per_copy = np.asarray(starts).reshape(64, 3, 4)
+    assert np.all(per_copy.sum(-1) == 0) and len({tuple(x) for x in per_copy.reshape(64, -1)}) > 32
 
 
 def test_the_local_matrix_is_the_dense_one():
