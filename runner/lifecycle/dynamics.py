@@ -5,7 +5,6 @@ with the exact dynamics where the space allows, and summarised."""
 import functools
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,6 @@ from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
 from runner.physics import dynamics as exact_dynamics
 from runner.physics.exact import wants_exact
-from runner.physics.hilbert import all_states
 from runner.physics.observables import ERROR_PREFIX, PREFIX
 
 log = logging.getLogger(__name__)
@@ -79,9 +77,13 @@ def check(experiment):
     problem = experiment.problem
     params = _plus_x_params(problem, experiment.settings.seed)
     logpsi_K = np.asarray(jax.jit(problem.logpsi)(params, _probes(experiment.hilbert, 0)))
-    spread = float(np.max(np.abs(logpsi_K - logpsi_K[0]))) if np.all(np.isfinite(logpsi_K)) else math.inf
-    if not spread <= UNIFORM_TOLERANCE * max(1.0, float(np.abs(logpsi_K[0]))):
-        name = type(problem.model).__name__
+    name = type(problem.model).__name__
+    if not np.all(np.isfinite(logpsi_K)):
+        raise ConfigError("task.initial_state", f"is plus_x, which the model {name} cannot represent: with every "
+                                                "parameter zero psi vanishes (log psi not finite); use "
+                                                "initial_state=init_from")
+    spread = float(np.max(np.abs(logpsi_K - logpsi_K[0])))
+    if spread > UNIFORM_TOLERANCE * max(1.0, float(np.abs(logpsi_K[0]))):
         raise ConfigError("task.initial_state", f"is plus_x, which the model {name} cannot represent: with every "
                                                 f"parameter zero its log psi varies by {spread:.3g} over "
                                                 "configurations; use initial_state=init_from")
