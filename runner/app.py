@@ -225,8 +225,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     without one, handlers are installed from compilation on. `tracking`: the trackers (TensorBoard,
     MLflow) that also get the params, every step's metrics, the summary and the plots.
     """
-    settings = experiment.settings
-    wall_start = time.perf_counter()
+    settings, wall_start = experiment.settings, time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
     try:  # both refuse a run directory that holds another config's run
         done = rundir.completed_summary(run_dir, settings)
@@ -245,8 +244,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
         # of an earlier step) would outlive a second Ctrl-C, which exits at once without one
         (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
     if settings.task is not None:  # a time evolution (task=dynamics)
-        with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
-            return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking, started=wall_start)
+        return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking, started=wall_start)
 
     exact_energy = finish.exact_energy(experiment, _sweep_dir())
     _check_full_sum(experiment.problem, settings.seed)

@@ -2,6 +2,7 @@
 run's Hamiltonian, measured at every saved time (trajectory.jsonl), checkpointed there, compared
 with the exact dynamics where the space allows, and summarised."""
 
+import contextlib
 import functools
 import json
 import logging
@@ -234,7 +235,7 @@ def max_abs_errors(records: list[dict], exact: dict | None) -> dict | None:
     return out
 
 
-def integrate(compiled: Compiled, state, start: int, times, run_dir: Path, settings, trajectory: Trajectory,
+def integrate(compiled: Compiled, state, start: int, times, *, run_dir: Path, settings, trajectory: Trajectory,
               stop: StopRequest, started: float):
     """From saved time `start` on (0: the initial state; resumed: the one after the checkpoint's),
     advances to each saved time, measures there and checkpoints. Returns (state, status, reason)."""
@@ -257,7 +258,7 @@ def integrate(compiled: Compiled, state, start: int, times, run_dir: Path, setti
     return state, "completed", None
 
 
-def _summary(experiment, status, reason, state, records, errors, seconds: dict) -> dict:
+def _summary(experiment, status, reason, state, records, *, errors, seconds: dict) -> dict:
     task = experiment.settings.task
     summary = {"task": "dynamics", "status": status, "reason": reason,
                "t_reached": records[-1]["t"] if records else None, "t_end": task.t_end,
@@ -271,12 +272,18 @@ def _summary(experiment, status, reason, state, records, errors, seconds: dict) 
     return fingerprint.stamp(summary, experiment.settings.fingerprint)
 
 
-def execute(experiment, layout, run_dir: Path, resuming: bool, stop: StopRequest, tracking=None,
+def execute(experiment, layout, run_dir: Path, resuming: bool, stop: StopRequest | None = None, *, tracking=None,
             started: float | None = None) -> dict:
     """The time evolution in `run_dir` (fresh, or resumed from its checkpoint): trajectory.jsonl,
     exact_trajectory.json, dynamics.png and summary.json; exit 1 on a failed run, 3 or 130 on a
-    stopped one."""
-    started = time.perf_counter() if started is None else started
+    stopped one. `stop`: the caller's installed StopRequest; without one, handlers are installed
+    here."""
+    with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
+        return _execute(experiment, layout, run_dir, resuming, stop=stop, tracking=tracking,
+                        started=time.perf_counter() if started is None else started)
+
+
+def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopRequest, tracking, started: float) -> dict:
     settings, task = experiment.settings, experiment.settings.task
     times = task.save_times()
     initial, initial_shardings = _initial(experiment, layout)
@@ -293,11 +300,12 @@ def execute(experiment, layout, run_dir: Path, resuming: bool, stop: StopRequest
     if stop.requested():
         status, reason = stop.status, f"{stop.describe()} received before the first saved time"
     else:
-        state, status, reason = integrate(compiled, state, start, times, run_dir, settings, trajectory, stop, started)
+        state, status, reason = integrate(compiled, state, start, times, run_dir=run_dir, settings=settings,
+                                          trajectory=trajectory, stop=stop, started=started)
     records = trajectory.records
     errors = max_abs_errors(records, exact)
-    result = _summary(experiment, status, reason, state, records, errors,
-                      {"compile_seconds": compile_seconds, "wall_seconds": time.perf_counter() - started})
+    result = _summary(experiment, status, reason, state, records, errors=errors,
+                      seconds={"compile_seconds": compile_seconds, "wall_seconds": time.perf_counter() - started})
     if distributed.is_main():
         if exact is not None:
             checkpoint.write_atomic(run_dir / rundir.EXACT_TRAJECTORY, lambda f: f.write(json.dumps(exact).encode()))
