@@ -29,12 +29,14 @@ from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
 from runner.physics import dynamics as exact_dynamics
 from runner.physics.exact import wants_exact
+from runner.physics.hilbert import all_states
 from runner.physics.observables import ERROR_PREFIX, PREFIX
 
 log = logging.getLogger(__name__)
 
 UNIFORM_TOLERANCE = 1e-12  # plus_x: how far log psi may vary over the probed configurations
 N_PROBES = 16  # plus_x: configurations on which log psi must be constant
+EXACT_CHUNK = 2**14  # configurations per evaluation of the initial state for the exact dynamics
 
 
 class Initial(NamedTuple):
@@ -67,12 +69,16 @@ def _probes(hilbert, seed: int):
 
 def check(experiment):
     """Refuses, before anything compiles, `initial_state: plus_x` for a model that does not give a
-    uniform psi when every parameter is zero (log psi checked on a handful of configurations).
+    uniform psi when every parameter is zero (log psi checked on a handful of configurations), and
+    `initial_state: init_from` when no run was found to start from.
 
     Raises:
         ConfigError: naming the model.
     """
     task = experiment.settings.task
+    if task is not None and task.initial_state == "init_from" and experiment.settings.init_from is None:
+        raise ConfigError("task.initial_state", "is init_from, and init_from names no run to start from (previous in "
+                                                "a sweep's first job); use initial_state=plus_x there")
     if task is None or task.initial_state != "plus_x":
         return
     problem = experiment.problem
@@ -204,17 +210,27 @@ def _record(state, metrics: dict, wall_time: float) -> dict:
             "n_steps": int(accepted), "n_rejected": int(rejected), "wall_time": wall_time}
 
 
-def exact_trajectory(experiment, times) -> dict | None:
-    """{"t", "energy", "obs/<name>"} of the exact dynamics on `times` from the uniform state (the
-    plus_x start), on process 0, where `exact` allows it (auto: at most 2^20 states) in real time;
-    None otherwise (an init_from start's exact state is not known here)."""
+def initial_vector(problem, params, hilbert) -> np.ndarray:
+    """psi(s) of the variational state at `params` on every configuration of the space [D]
+    (normalised; in chunks of EXACT_CHUNK configurations)."""
+    logpsi = jax.jit(problem.logpsi)
+    states = all_states(hilbert)
+    logpsi_D = np.concatenate([np.asarray(logpsi(params, jnp.asarray(states[i:i + EXACT_CHUNK])))
+                               for i in range(0, len(states), EXACT_CHUNK)])
+    psi_D = np.exp(logpsi_D - np.max(logpsi_D.real)).astype(np.complex128)
+    return psi_D / np.linalg.norm(psi_D)
+
+
+def exact_trajectory(experiment, params, times) -> dict | None:
+    """{"t", "energy", "obs/<name>"} of the exact dynamics on `times` from the run's own initial
+    state (the variational state at `params`, enumerated: uniform for plus_x, the init_from run's
+    state otherwise), on process 0, in real time where `exact` allows it (auto: at most 2^20
+    states); None otherwise."""
     settings, obs = experiment.settings, experiment.observables
-    task = settings.task
-    if not (task.real_time and task.initial_state == "plus_x" and wants_exact(settings.exact, experiment.hilbert)
-            and distributed.is_main()):
+    if not (settings.task.real_time and wants_exact(settings.exact, experiment.hilbert) and distributed.is_main()):
         return None
     started = time.perf_counter()
-    psi0_D = np.ones(experiment.hilbert.n_states, np.complex128)
+    psi0_D = initial_vector(experiment.problem, params, experiment.hilbert)
     psi_TxD = exact_dynamics.evolve(experiment.hamiltonian, experiment.hilbert, psi0_D, times)
     operators = {"energy": experiment.hamiltonian}
     if obs is not None:
@@ -296,7 +312,7 @@ def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopReq
         start = index + 1
         log.info("resumed from the checkpoint at t = %.6g", float(state.integrator.t))
     trajectory = Trajectory(run_dir / rundir.TRAJECTORY, start)
-    exact = exact_trajectory(experiment, times)
+    exact = exact_trajectory(experiment, mesh.to_host(initial.params), times)
     if stop.requested():
         status, reason = stop.status, f"{stop.describe()} received before the first saved time"
     else:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from models import Jastrow
 from runner import app
 from runner.config.build import build
 from runner.config.task import read
@@ -18,13 +19,14 @@ from runner.core import precond
 from runner.core import sampler as smp
 from runner.core.problem import Problem
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint
+from runner.lifecycle import checkpoint, load
 from runner.lifecycle import dynamics as dyn
 from runner.parallel import mesh
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
 from tests.config.test_build import compose_config
-from tests.dense import X, Y, Z, dense_ising, site_op
+from tests.conftest import REPO, run_cli
+from tests.dense import X, Y, Z, basis_index, dense_ising, site_op
 
 N, H_QUENCH = 6, 0.5
 # M_x = (1/N) sum X_i, and sum over bonds Y_i Z_j: odd under time reversal, so a wrong sign of i flips it.
@@ -109,6 +111,35 @@ def test_quench_follows_exact_dynamics(tmp_path):
     assert (tmp_path / "dynamics.png").stat().st_size > 0
 
 
+@pytest.mark.slow
+def test_init_from_evolves_the_trained_state(tmp_path):
+    """A short ground-state run at h = 0.5, then a quench to h = 1 from its parameters: the energy
+    at t = 0 is <psi|H(h=1)|psi> of the trained state (dense sum), M_x follows the exact dynamics
+    of that state (dense expm), and the run's own exact trajectory is that one."""
+    common = [f"hilbert.L={N}", "model=jastrow", "dtype=complex128", "sampler=full_sum"]
+    run_cli([*common, "hamiltonian.h=0.5", "n_iter=20", "final_rounds=1", f"hydra.run.dir={tmp_path / 'trained'}"],
+            REPO, check=True)
+    run_cli([*common, "hamiltonian.h=1.0", "task=dynamics", "task.save_every=0.1", "task.t_end=0.3",
+             "task.initial_state=init_from", f"init_from={tmp_path / 'trained'}", *OBSERVABLES,
+             f"hydra.run.dir={tmp_path / 'quench'}"], REPO, check=True)
+    summary = json.loads((tmp_path / "quench" / "summary.json").read_text())
+    params = load.load(tmp_path / "trained").state.params
+    states = hb.all_states(hb.chain(N))
+    psi = np.zeros(2**N, complex)
+    psi[basis_index(states)] = np.exp(np.asarray(Jastrow(param_dtype=jnp.complex128).apply({"params": params},
+                                                                                          jnp.asarray(states))))
+    psi /= np.linalg.norm(psi)
+    H = dense_ising(hb.chain(N).bonds, N, 1.0, 1.0)
+    mx_op = sum(site_op(X, i, N) for i in range(N)) / N
+    records = trajectory(tmp_path / "quench")
+    assert abs(records[0]["energy"] - np.vdot(psi, H @ psi).real) < 1e-10
+    mx = [np.vdot(p, mx_op @ p).real for p in (scipy.linalg.expm(-1j * H * r["t"]) @ psi for r in records)]
+    ours = np.array([r["obs/mx"] for r in records])
+    assert abs(ours[0] - mx[0]) < 1e-12  # the trained state itself
+    assert np.max(np.abs(ours - mx)) < 1e-2 and mx[-1] - mx[0] > 0.1  # (the Jastrow drifts by 8e-3 at t = 0.3)
+    assert abs(summary["max_abs_error"]["obs/mx"] - np.max(np.abs(ours - mx))) < 1e-10
+
+
 SAMPLED = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=64", "sampler.n_chains=8", "task.integrator=rk23",
            "task.dt=0.02", "task.atol=1e-4", "task.rtol=1e-4", "exact=false"]
 
@@ -180,7 +211,7 @@ def _experiment(model, initial_state="plus_x"):
 
 
 def test_plus_x_needs_a_model_that_is_uniform_at_zero():
-    from models import RBM, Jastrow
+    from models import RBM
 
     dyn.check(_experiment(RBM(alpha=1)))
     dyn.check(_experiment(Jastrow(param_dtype=jnp.complex128)))
