@@ -88,6 +88,7 @@ def exact_quench(times):
     return np.array(out).T
 
 
+@pytest.mark.slow
 def test_quench_follows_exact_dynamics(tmp_path):
     """TFIM chain from plus_x (every Jastrow coupling zero) quenched to h = 0.5, full sum, rk4:
     M_x, the Y Z correlator and the energy follow exp(-i H t) to t = 0.5 (M_x falls from 1 to
