@@ -17,7 +17,7 @@ from runner.config.build import Experiment, build
 from runner.core.full_sum import FullSumSampler
 from runner.core.vmc import full_sum_invariance_error, init_state
 from runner.errors import ConfigError
-from runner.lifecycle import finish, hparams_search, loop, rundir, sector_check, warm_start
+from runner.lifecycle import dynamics, finish, hparams_search, loop, rundir, sector_check, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import loggers
 from runner.outputs.header import log_header
@@ -84,6 +84,7 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, r
             conflict = err
             raise
         layout, tracking = _set_up(experiment, config, run_dir)
+        dynamics.check(experiment)  # initial_state plus_x: a model that cannot represent it
     except ConfigError as err:
         if raise_config_errors:
             raise
@@ -224,8 +225,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     without one, handlers are installed from compilation on. `tracking`: the trackers (TensorBoard,
     MLflow) that also get the params, every step's metrics, the summary and the plots.
     """
-    settings = experiment.settings
-    wall_start = time.perf_counter()
+    settings, wall_start = experiment.settings, time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
     try:  # both refuse a run directory that holds another config's run
         done = rundir.completed_summary(run_dir, settings)
@@ -243,6 +243,8 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
         # no stale summary while this run trains: a resumed run's (stopped "after saving a checkpoint"
         # of an earlier step) would outlive a second Ctrl-C, which exits at once without one
         (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+    if settings.task is not None:  # a time evolution (task=dynamics)
+        return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking, started=wall_start)
 
     exact_energy = finish.exact_energy(experiment, _sweep_dir())
     _check_full_sum(experiment.problem, settings.seed)

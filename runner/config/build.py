@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner.config import fingerprint, schedules
+from runner.config import fingerprint, schedules, task
 from runner.core import precond
 from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.problem import Problem
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
 # Every other top-level key the composed config may hold (read by the runner, the observables,
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
-TOP_LEVEL = ("observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
+TOP_LEVEL = ("task", "observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
              "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
              "reject_jump", "peak_search")
 DTYPES = {
@@ -59,6 +59,7 @@ class Settings:
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
     init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
+    task: Any = None  # runner.config.task.Dynamics of a time evolution; None: a ground-state run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +155,11 @@ def read_settings(config: dict) -> Settings:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
     peak_search = require_int("peak_search", config.get("peak_search"), minimum=0)
+    dynamics = task.read(config.get("task"))
+    if dynamics is not None and dynamics.initial_state == "init_from" and config.get("init_from") is None:
+        raise ConfigError("task.initial_state", "is init_from, which needs init_from=RUN_DIR (a run whose state to evolve)")
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
-                    fingerprint.of(fingerprint.fingerprinted(config, None)), None)
+                    fingerprint.of(fingerprint.fingerprinted(config, None)), None, dynamics)
 
 
 def _check_chunk(chunk_size, sampler):

@@ -3,6 +3,7 @@
 import hashlib
 import json
 
+from runner.config import task
 from runner.errors import ConfigError
 
 # Top-level keys and groups that never change the numbers of a run: its length, when it
@@ -13,8 +14,9 @@ EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger
 # Keys (or whole groups) that change a finished run's summary but not its trajectory or
 # checkpoints: resuming ignores them, returning a completed run's summary does not. Observables
 # are measured on the samples a step draws anyway and never feed back into the parameters; the
-# peak search looks at the final parameters only.
-RESUME_IGNORES = ("final_rounds", "observables", "peak_search")
+# peak search looks at the final parameters only. A time evolution continues to a later t_end
+# through the same saved times.
+RESUME_IGNORES = ("final_rounds", "observables", "peak_search", "task.t_end")
 # Keys the runner no longer has (top-level, or `group.key`), with the value under which a stored run
 # did what today's code does.
 RETIRED = {"peak_restart_every": 0, "model.symmetries": "none", "model.parity": None, "model.momentum": None}
@@ -71,7 +73,8 @@ def of(config: dict, exclude=EXCLUDED) -> dict:
 
     Returns:
         {"group.key": value} for every key that changes the numbers, nested dicts flattened
-        with dots, lists kept as values, in the config's order.
+        with dots, lists kept as values, in the config's order. The default task (ground_state)
+        is left out: a ground-state run keeps the fingerprint it had before tasks existed.
     """
     flat = {}
 
@@ -83,7 +86,7 @@ def of(config: dict, exclude=EXCLUDED) -> dict:
             else:
                 flat[name] = value
 
-    walk("", {k: v for k, v in config.items() if k not in exclude})
+    walk("", {k: v for k, v in config.items() if k not in exclude and not (k == "task" and task.is_default(v))})
     return _without_module_paths(flat)
 
 
