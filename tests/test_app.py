@@ -204,7 +204,7 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
 
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
     calls, sent = [], []
-    monkeypatch.setattr(finish, "ground_energy", lambda *args: calls.append(args) or -7.25)
+    monkeypatch.setattr(finish, "ground_state", lambda *args, **kw: calls.append(args) or (-7.25, None))
     monkeypatch.setattr(distributed, "broadcast_float", lambda x: sent.append(x) or -7.25)
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
@@ -551,3 +551,20 @@ def test_resume_false_says_what_it_replaces(finished, tmp_path):
         f"resume=false: rerunning the completed run in {finished} with the same config")
     assert rundir.replacing(finished, other(True, stored)) is None
     assert rundir.replacing(tmp_path, other(False, stored)) is None
+
+
+def test_a_run_with_observables_reports_those_of_the_exact_ground_state(tmp_path):
+    from runner.physics import exact, hamiltonians, observables
+    from runner.physics import hilbert as hb
+
+    run_cli(["hilbert.L=6", "n_iter=2", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=1", "exact=true",
+             "observables=spin", f"hydra.run.dir={tmp_path}"], REPO, check=True)
+    summary = summary_of(tmp_path)
+    correlations = json.loads((tmp_path / "correlations.json").read_text())
+    assert set(summary["exact_observables"]) == set(summary["observables"])
+    assert len(correlations["exact_structure_factor"]) == len(correlations["momenta"])
+    lattice = hb.chain(6)
+    ham = hamiltonians.ising(lattice, 1.0, 1.0)
+    expected = observables.exact_values(observables.spin(lattice, ham), lattice, exact.ground_state(ham, lattice)[1])
+    assert summary["exact_observables"] == pytest.approx(expected[0]["exact_observables"], abs=1e-10)
+    assert np.asarray(correlations["exact_zz"]) == pytest.approx(np.asarray(expected[1]["exact_zz"]), abs=1e-10)
