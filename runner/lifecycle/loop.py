@@ -129,6 +129,15 @@ def _non_finite_reason(metrics, unusable, step) -> str:
     return f"energy is {float(metrics['energy']):.6g} with {spread} at step {step}"
 
 
+def _failure(metrics, unusable, step, collapsed, records) -> str | None:
+    """Why training stops at this step (its record the last of `records`): a non-finite estimate
+    (`_unusable`; not on a step reject_jump rejected: the next step measures the kept state), or a
+    collapse (`collapsed`); None to go on."""
+    if unusable and not records[-1].get("rejected"):
+        return _non_finite_reason(metrics, unusable, step)
+    return collapsed(records) if collapsed is not None else None
+
+
 def _record(step: int, metrics: dict, wall_time: float) -> dict:
     """A step's metrics.jsonl record: non-finite values as None, obs/ fields only at the steps that measured."""
     record = {"step": step, **{k: finite(v) for k, v in metrics.items()}}
@@ -190,10 +199,7 @@ def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log
         record = _record(step, metrics, metrics_log.elapsed())
         unusable = _unusable(record)
         metrics_log.append(record)
-        # reject_jump undid a step whose estimate is unusable: the next step measures the kept state
-        failure = _non_finite_reason(metrics, unusable, step) if unusable and not record.get("rejected") else None
-        if failure is None and collapsed is not None:
-            failure = collapsed(metrics_log.records)
+        failure = _failure(metrics, unusable, step, collapsed, metrics_log.records)
         if failure is not None:
             status, reason = "failed", failure
             kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
