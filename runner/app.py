@@ -246,7 +246,8 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     if settings.task is not None:  # a time evolution (task=dynamics)
         return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking, started=wall_start)
 
-    exact_energy = finish.exact_energy(experiment, _sweep_dir())
+    exact = finish.exact_ground(experiment, _sweep_dir())  # energy (and observables) of the exact ground state
+    exact_energy = exact.energy
     _check_full_sum(experiment.problem, settings.seed)
     state, shardings, n_params, start = _start(experiment, layout, run_dir, resuming)
     metrics_log = loop.MetricsLog(run_dir / rundir.METRICS, start, started=wall_start)
@@ -256,7 +257,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         training = loop.train(experiment, layout, state, shardings, start, run_dir=run_dir,
                               metrics_log=metrics_log, stop=stop)
-        final, observed, peak_check = finish.conclude(experiment, layout, training, shardings, run_dir)
+        final, observed, peak_check = finish.conclude(experiment, layout, training, shardings, run_dir, exact)
         found = sector_check.exact_spectrum(experiment) if training.status == "completed" else None
         sector = sector_check.relative_error(sector_check.fields(experiment, training.state, found, exact_energy),
                                              final.get("energy"))

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from runner.config import fingerprint
 from runner.core import observe
 from runner.core.vmc import vmc_step
+from runner.diagnostics import health
 from runner.lifecycle import checkpoint, rundir
 from runner.lifecycle.preemption import StopRequest
 from runner.outputs.summary import finite
@@ -108,8 +109,10 @@ def train(experiment, layout, state, shardings, start: int, *, run_dir: Path, me
     t = time.perf_counter()
     step_fn = compile_step(experiment, state, shardings, layout)
     compile_seconds = time.perf_counter() - t
+    collapsed = functools.partial(health.check_collapse, n_sites=experiment.hilbert.n_sites,
+                                  metropolis=health.metropolis(experiment.problem.sampler))
     state, status, reason, step_times = optimize(step_fn, state, start, experiment.settings, run_dir,
-                                                 metrics_log=metrics_log, stop=stop)
+                                                 metrics_log=metrics_log, stop=stop, collapsed=collapsed)
     return Training(state, status, reason, step_times, compile_seconds)
 
 
@@ -124,6 +127,15 @@ def _non_finite_reason(metrics, unusable, step) -> str:
         return f"energy is {float(metrics['energy'])} at step {step}"
     spread = ", ".join(f"{k} {float(metrics[k])}" for k in unusable)
     return f"energy is {float(metrics['energy']):.6g} with {spread} at step {step}"
+
+
+def _failure(metrics, unusable, step, collapsed, records) -> str | None:
+    """Why training stops at this step (its record the last of `records`): a non-finite estimate
+    (`_unusable`; not on a step reject_jump rejected: the next step measures the kept state), or a
+    collapse (`collapsed`); None to go on."""
+    if unusable and not records[-1].get("rejected"):
+        return _non_finite_reason(metrics, unusable, step)
+    return collapsed(records) if collapsed is not None else None
 
 
 def _record(step: int, metrics: dict, wall_time: float) -> dict:
@@ -151,11 +163,13 @@ def _show(bar, record: dict, reason: str | None, step: int, log_every: int):
                  record["energy_error"], record["variance"], record["acceptance"])
 
 
-def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log: MetricsLog, stop: StopRequest):
+def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log: MetricsLog, stop: StopRequest,
+             collapsed=None):
     """Steps from `start` to `n_iter`, logging metrics and checkpointing.
 
     Stops early on a non-finite energy, variance or error ("failed", the state of the last step is dropped;
-    not on a step that `reject_jump` rejected, whose parameters are dropped anyway)
+    not on a step that `reject_jump` rejected, whose parameters are dropped anyway), on a collapse
+    (`collapsed`: records -> reason or None, `runner.diagnostics.health.check_collapse`; "failed")
     or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
     the current step).
 
@@ -185,9 +199,9 @@ def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log
         record = _record(step, metrics, metrics_log.elapsed())
         unusable = _unusable(record)
         metrics_log.append(record)
-        # reject_jump undid a step whose estimate is unusable: the next step measures the kept state
-        if unusable and not record.get("rejected"):
-            status, reason = "failed", _non_finite_reason(metrics, unusable, step)
+        failure = _failure(metrics, unusable, step, collapsed, metrics_log.records)
+        if failure is not None:
+            status, reason = "failed", failure
             kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
                     else "no checkpoint was written (the run starts over when run again)")
             log.error("%s; stopping, %s", reason, kept)

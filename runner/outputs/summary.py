@@ -7,8 +7,6 @@ import statistics
 
 from runner.config import fingerprint
 from runner.core.estimate import final_burn_in
-from runner.core.full_sum import FullSumSampler
-from runner.core.sampler import ExactSampler
 from runner.diagnostics import health
 from runner.parallel import distributed
 
@@ -129,7 +127,7 @@ def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict
     fingerprint.stamp(out, settings.fingerprint)
     # judged on completed runs only: a stopped run has no final estimate to judge
     out["warnings"] = health.check(out, records,
-                                   metropolis=not isinstance(problem.sampler, (ExactSampler, FullSumSampler)),
+                                   metropolis=health.metropolis(problem.sampler),
                                    cg_maxiter=_cg_maxiter(problem)) if completed else []
     return out
 

@@ -7,13 +7,12 @@ time is in units of 1 / (the Hamiltonian's unit), hbar = 1.
 """
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, eigsh, expm_multiply
+from scipy.sparse.linalg import LinearOperator, expm_multiply
 
+from runner.physics import exact
 from runner.physics.exact import matvec_of
 from runner.physics.hilbert import Hilbert, all_states
 from runner.physics.pauli import PauliSum, elements_np
-
-DENSE_MAX_STATES = 64  # `ground_state` diagonalises densely up to this dimension
 
 
 def _generator(hamiltonian: PauliSum, hilbert: Hilbert):
@@ -66,19 +65,9 @@ def expectation_values(observables: dict, hilbert: Hilbert, psi_TxD) -> dict:
 
 
 def ground_state(hamiltonian: PauliSum, hilbert: Hilbert) -> np.ndarray:
-    """The normalised lowest eigenvector of H [D] (dense up to DENSE_MAX_STATES, else Lanczos by
-    ARPACK); meaningful only when the lowest eigenvalue is not degenerate."""
-    apply = matvec_of(hamiltonian, hilbert)
-    d = hilbert.n_states
-    dtype = np.float64 if hamiltonian.is_real else np.complex128
-    if d <= DENSE_MAX_STATES:
-        dense = np.stack([apply(e) for e in np.eye(d, dtype=dtype)], axis=1)
-        return np.linalg.eigh(dense)[1][:, 0].astype(np.complex128)
-    operator = LinearOperator((d, d), matvec=apply, dtype=dtype)
-    v0 = np.random.default_rng(0).standard_normal(d).astype(dtype)
-    _, vectors = eigsh(operator, k=1, which="SA", v0=v0, tol=1e-13)
-    psi = vectors[:, 0].astype(np.complex128)
-    return psi / np.linalg.norm(psi)
+    """The normalised lowest eigenvector of H [D] (`runner.physics.exact.ground_state`);
+    meaningful only when the lowest eigenvalue is not degenerate."""
+    return exact.ground_state(hamiltonian, hilbert)[1]
 
 
 def ising_quench_magnetisation(n_sites: int, h0: float, h1: float, times, J: float = 1.0) -> np.ndarray:

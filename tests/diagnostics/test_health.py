@@ -110,3 +110,35 @@ def test_rejected_steps_are_reported_and_a_repeated_jump_called_wrong_estimates(
 
 def test_failed_run_without_final_numbers():
     assert health.check({"status": "failed"}, []) == []
+
+
+def collapse_records(acceptance, r_hat, variance, n=health.COLLAPSE_STEPS + 10):
+    """n steps: healthy ones, then COLLAPSE_STEPS steps with the given acceptance, R-hat and variance."""
+    healthy = [{"step": k, "energy": -10.0, "variance": 1.0, "acceptance": 0.4, "r_hat": 1.01}
+               for k in range(n - health.COLLAPSE_STEPS)]
+    late = [{"step": k, "energy": -5.0, "variance": variance, "acceptance": acceptance, "r_hat": r_hat}
+            for k in range(n - health.COLLAPSE_STEPS, n)]
+    return healthy + late
+
+
+@pytest.mark.parametrize("acceptance,r_hat,variance,metropolis,expected", [
+    (0.001, 3.0, 1.0, True, "frozen apart"),
+    (0.001, None, 1.0, True, "frozen apart"),  # a non-finite R-hat: chains each on one configuration
+    (0.001, 1.01, 1.0, True, None),  # a peaked state whose chains agree (an ordered phase): healthy
+    (0.001, 3.0, 1.0, False, None),  # no Metropolis chains
+    (0.3, 3.0, 1.0, True, None),
+    (0.3, 1.01, 1e3, True, "variance stayed above"),
+    (0.3, 1.01, 50.0, True, None),  # below VARIANCE_RISE x the earlier minimum
+])
+def test_check_collapse(acceptance, r_hat, variance, metropolis, expected):
+    records = collapse_records(acceptance, r_hat, variance)
+    reason = health.check_collapse(records, n_sites=16, metropolis=metropolis)
+    assert (reason is None) if expected is None else (reason.startswith("collapsed:") and expected in reason)
+    # one step short of the window of steps: never
+    assert health.check_collapse(records[:-1] if expected else records[:health.COLLAPSE_STEPS - 1], 16, True) is None
+
+
+def test_a_single_bad_step_in_the_window_is_not_a_collapse():
+    records = collapse_records(0.001, 3.0, 1e3)
+    records[-5] = {**records[-5], "acceptance": 0.3, "variance": 1.0}
+    assert health.check_collapse(records, n_sites=16, metropolis=True) is None
