@@ -216,6 +216,29 @@ def _start(experiment: Experiment, layout: mesh.Layout, run_dir: Path, resuming:
     return state, shardings, n_params, int(meta["step"])
 
 
+def _open_run_dir(run_dir: Path, settings) -> tuple[dict | None, bool]:
+    """(the summary of a completed run of this config, or None; whether to resume) for `run_dir`,
+    made if missing. Exits 2 when it holds another config's run; warns when a run is replaced."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:  # both refuse a run directory that holds another config's run
+        done = rundir.completed_summary(run_dir, settings)
+        resuming = done is None and rundir.resumable(run_dir, settings)
+    except ConfigError as err:
+        print(f"Config error: {err.sentence()}", file=sys.stderr)
+        sys.exit(2)
+    if done is not None:
+        log.info("already completed (%s); delete it or set resume=false to run again", run_dir / rundir.SUMMARY)
+        return done, False
+    replaced = rundir.replacing(run_dir, settings)
+    if replaced is not None and distributed.is_main():
+        log.warning(replaced)
+    if distributed.is_main():
+        # no stale summary while this run trains: a resumed run's (stopped "after saving a checkpoint"
+        # of an earlier step) would outlive a second Ctrl-C, which exits at once without one
+        (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+    return None, resuming
+
+
 def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
             stop: StopRequest | None = None, tracking: loggers.Tracking | None = None) -> dict:
     """The run: skip, or init or resume; train; estimate; summarise; exit 1 on a failed run, 3 or
@@ -226,23 +249,9 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     MLflow) that also get the params, every step's metrics, the summary and the plots.
     """
     settings, wall_start = experiment.settings, time.perf_counter()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    try:  # both refuse a run directory that holds another config's run
-        done = rundir.completed_summary(run_dir, settings)
-        resuming = done is None and rundir.resumable(run_dir, settings)
-    except ConfigError as err:
-        print(f"Config error: {err.sentence()}", file=sys.stderr)
-        sys.exit(2)
+    done, resuming = _open_run_dir(run_dir, settings)
     if done is not None:
-        log.info("already completed (%s); delete it or set resume=false to run again", run_dir / rundir.SUMMARY)
         return done
-    replaced = rundir.replacing(run_dir, settings)
-    if replaced is not None and distributed.is_main():
-        log.warning(replaced)
-    if distributed.is_main():
-        # no stale summary while this run trains: a resumed run's (stopped "after saving a checkpoint"
-        # of an earlier step) would outlive a second Ctrl-C, which exits at once without one
-        (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
     if settings.task is not None:  # a time evolution (task=dynamics)
         return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking, started=wall_start)
 
