@@ -98,12 +98,10 @@ def grid_conv(shape: tuple, kernel_size: int, pbc: bool, form: str | None = None
     `form` (None: by `conv_form`, from the configurations of each call as traced, vmap's axes not
     counted, and the parameters' kind): "windows" stacks every cell's window from slices of the
     padded grid and multiplies once; "dense" multiplies the flattened grid with `conv_matrix`;
-    "xla" is XLA's convolution of the padded grid. The three give the same sums in different
-    orders (rounding). The derivative by the kernel is always the windows' product: XLA's kernel
-    gradient of a convolution, batched over samples for per-sample log-derivatives, becomes a
-    grouped convolution 50x slower. A complex64 convolution runs as one real one on stacked real
-    and imaginary parts (2 C_in -> 2 C_out channels; for complex128 XLA's complex convolution was
-    faster)."""
+    "xla" is XLA's convolution of the padded grid (the same sums, rounded differently). The
+    derivative by the kernel is always the windows' product (XLA's kernel gradient, batched over
+    samples for per-sample log-derivatives, becomes a grouped convolution 50x slower). complex64
+    runs as one real convolution of stacked real and imaginary parts (2 C_in -> 2 C_out channels)."""
     n = len(shape)
     cells = math.prod(shape)
     numbers = ("N" + "HWD"[:n] + "C", "HWD"[:n] + "IO", "N" + "HWD"[:n] + "C")

@@ -184,10 +184,15 @@ def evaluate(run_dir, overrides=()) -> dict:
         "config_fingerprint": trained.meta.get("config_fingerprint"),
         "wall_seconds": time.perf_counter() - started,
     }
+    _write(run_dir, result)
+    return result
+
+
+def _write(run_dir: Path, result: dict):
+    """Process 0 writes RUN_DIR/evaluation.json atomically."""
     if distributed.is_main():
         text = json.dumps(result, indent=2) + "\n"
         checkpoint.write_atomic(run_dir / rundir.EVALUATION, lambda f: f.write(text.encode()))
-    return result
 
 
 def main(argv=None):
