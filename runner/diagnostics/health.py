@@ -40,12 +40,23 @@ def _variance_floor(energy, n_sites) -> float:
     return V_SCORE_FLOOR * energy**2 / n_sites if energy and n_sites else 0.0
 
 
+def _fell(first: dict, last: dict) -> bool:
+    """Whether the energy went down from `first` to `last` by more than two combined error bars
+    (a run leaving the near-eigenstate it started in has a rising variance and a falling energy)."""
+    e0, e1 = first.get("energy"), last.get("energy")
+    if e0 is None or e1 is None:
+        return False
+    bar = ((first.get("energy_error") or 0.0) ** 2 + (last.get("energy_error") or 0.0) ** 2) ** 0.5
+    return e1 < e0 - 2 * bar
+
+
 def check_collapse(records: list[dict], n_sites: int, metropolis: bool) -> str | None:
     """Why training should stop now, or None: over the last COLLAPSE_STEPS steps the chains were
     frozen apart (the Metropolis acceptance below ACCEPTANCE_LOW on every step, and the split
     R-hat above R_HAT_MAX or not finite on at least half of them: a sharply peaked state whose
     chains agree, e.g. an ordered phase, is not stopped), or the variance stayed above
-    VARIANCE_RISE x its minimum over the steps before them (floored as in `check_variance`).
+    VARIANCE_RISE x its minimum over the steps before them (floored as in `check_variance`) while
+    the energy did not go down (`_fell`).
 
     Args:
         records: metrics.jsonl's records so far, the newest last.
@@ -66,7 +77,7 @@ def check_collapse(records: list[dict], n_sites: int, metropolis: bool) -> str |
     if lowest is None or any(v is None for v in variances):
         return None
     bound = VARIANCE_RISE * max(lowest, _variance_floor(window[-1].get("energy"), n_sites))
-    if all(v > bound for v in variances):
+    if all(v > bound for v in variances) and not _fell(window[0], window[-1]):
         return (f"collapsed: the variance stayed above {VARIANCE_RISE:g}x its earlier minimum ({lowest:.3e}) for "
                 f"{COLLAPSE_STEPS} steps (steps {window[0]['step']} to {window[-1]['step']}, last {variances[-1]:.3e})")
     return None

@@ -142,3 +142,15 @@ def test_a_single_bad_step_in_the_window_is_not_a_collapse():
     records = collapse_records(0.001, 3.0, 1e3)
     records[-5] = {**records[-5], "acceptance": 0.3, "variance": 1.0}
     assert health.check_collapse(records, n_sites=16, metropolis=True) is None
+
+
+def test_a_run_leaving_the_eigenstate_it_started_in_is_not_a_collapse():
+    """The README's kagome example starts near the ferromagnet (an eigenstate: variance 0.04) and
+    its variance rises to ~20-90 while the energy falls from +24 to -18: healthy, not stopped.
+    The same variances under a flat energy are a collapse."""
+    energies = [24.0 - 2.0 * k for k in range(health.COLLAPSE_STEPS + 7)]
+    records = [{"step": k, "energy": e, "energy_error": 0.3, "variance": 0.04 if k < 7 else 20.0,
+                "acceptance": 0.3, "r_hat": 1.0} for k, e in enumerate(energies)]
+    assert health.check_collapse(records, n_sites=12, metropolis=True) is None
+    flat = [{**r, "energy": 24.0} for r in records]
+    assert health.check_collapse(flat, n_sites=12, metropolis=True).startswith("collapsed: the variance")
