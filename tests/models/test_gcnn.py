@@ -1,5 +1,7 @@
 """The group-convolutional network: its group tables, equivariance, sectors, and against exact sums."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +9,7 @@ import pytest
 
 from models import GCNN
 from models.common import log_cosh
-from models.gcnn import EMBEDDING_GAIN, GroupTables, group_tables
+from models.gcnn import GroupTables, embedding_gain, group_tables
 from runner.errors import ConfigError
 from runner.physics import hilbert as hb
 from runner.physics import symmetry
@@ -29,7 +31,7 @@ def _model(hilbert, sector=None, features=(3, 2, 2), dtype=jnp.complex128, scale
     """The model and its parameters, scaled away from the nearly flat start."""
     model = GCNN(features=features, sector=sector, param_dtype=dtype, hilbert=hilbert)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.ones((hilbert.n_sites,), jnp.int8))["params"]
-    params = {**params, "kernel0": params["kernel0"] / EMBEDDING_GAIN}  # embedding weights of scale 1/sqrt(N)
+    params = {**params, "kernel0": params["kernel0"] / embedding_gain(model.hilbert)}  # scale 1/sqrt(N)
     return model, jax.tree_util.tree_map(lambda x: scale * x, params)
 
 
@@ -252,3 +254,24 @@ def test_a_sector_start_spreads_over_the_space(seed):
     p = np.exp(2 * (log_abs - log_abs.max()))
     p /= p.sum()
     assert 1 / np.sum(p**2) > 0.1 * len(p)
+
+
+@pytest.mark.slow  # a 40-step VMC run
+def test_a_momentum_pi_chain_run_does_not_freeze(tmp_path):
+    """Heisenberg chain L = 6, k=(3) A' P=-1 (lowest level -8.4721360), real parameters, 256
+    samples on 8 chains. With embedding weights of scale 1/sqrt(N) the start held 2 of the
+    sector's configurations' weight, acceptance fell to 0.00 at step 12, and the chains then sat
+    at -8.29 with zero variance (frozen on one orbit, where E_loc is constant by symmetry)."""
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
+    from tests.config.test_build import compose_config
+
+    config = compose_config(["hilbert=chain", "hilbert.L=6", "hilbert.total_sz=0", "hamiltonian=heisenberg",
+                             "model=gcnn", "model.sector={momentum:[3],irrep:\"A'\",parity:-1}",
+                             "sampler=metropolis_exchange", "sampler.n_samples=256", "sampler.n_chains=8",
+                             "n_iter=40", "exact=true", "final_rounds=1", "peak_search=0"])
+    summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert min(m["acceptance"] for m in metrics) > 0.05
+    assert summary["sector_relative_error"] < 1e-4, summary
