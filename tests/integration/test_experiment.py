@@ -95,7 +95,7 @@ def test_phase_diagram_multirun_warm_starts_each_point_from_the_previous(tmp_pat
 
 
 @pytest.mark.parametrize("name,sites,size,sites_other", [
-    ("triangular_heisenberg", 16, ["hilbert.L=3"], 9),
+    ("triangular_heisenberg", 16, ["hilbert.L=6"], 36),
     ("triangular_heisenberg", 16, ["hilbert.L=null", "hilbert.Lx=4", "hilbert.Ly=3"], 12),
     ("kagome_heisenberg", 18, ["hilbert.Lx=2", "hilbert.Ly=2"], 12)])
 def test_frustrated_recipes_project_onto_the_ground_sector_at_every_size(name, sites, size, sites_other):
