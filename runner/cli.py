@@ -64,11 +64,18 @@ def _choices(argv) -> dict:
     for entry in yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())["defaults"]:
         if isinstance(entry, dict):
             chosen.update({k: v for k, v in entry.items() if isinstance(v, str)})
+    picked = {}
     for arg in argv:
         key, _, value = arg.partition("=")
         if (Path(CONF_DIR) / key).is_dir() and "," not in value:
-            chosen[key] = value
-    return chosen
+            picked[key] = value
+    # An experiment's `override /group: option` entries come before the command line's choices.
+    experiment = Path(CONF_DIR) / "experiment" / f"{picked.get('experiment')}.yaml"
+    if experiment.is_file():
+        for entry in (yaml.safe_load(experiment.read_text()) or {}).get("defaults", []):
+            if isinstance(entry, dict):
+                chosen.update({k.removeprefix("override /"): v for k, v in entry.items() if isinstance(v, str)})
+    return {**chosen, **picked}
 
 
 def _key_names(argv):

@@ -202,3 +202,14 @@ def test_an_old_projection_key_on_the_command_line_names_its_replacement():
         check_overrides(["model=cnn", "model.symmetries=lattice"])
     assert info.value.sentence() == ("model.symmetries is not a key of model=cnn; model.sector replaces "
                                      "model.symmetries, parity and momentum.")
+
+
+def test_keys_are_checked_against_the_experiments_groups():
+    """After experiment=kagome_heisenberg (hilbert: kagome) hilbert.Ly is a key; a group chosen on
+    the command line still wins over the experiment's."""
+    from runner.cli import check_overrides
+    from runner.errors import ConfigError
+
+    check_overrides(["experiment=kagome_heisenberg", "hilbert.Ly=2"])
+    with pytest.raises(ConfigError, match="hilbert.Ly is not a key of hilbert=chain"):
+        check_overrides(["experiment=kagome_heisenberg", "hilbert=chain", "hilbert.Ly=2"])
