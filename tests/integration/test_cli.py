@@ -205,11 +205,11 @@ def test_an_old_projection_key_on_the_command_line_names_its_replacement():
 
 
 def test_keys_are_checked_against_the_experiments_groups():
-    """After experiment=kagome_heisenberg (hilbert: kagome) hilbert.Ly is a key; a group chosen on
-    the command line still wins over the experiment's."""
+    """After experiment=j1j2_square (hilbert: square) hilbert.Lx is a key; a group chosen on the
+    command line still wins over the experiment's."""
     from runner.cli import check_overrides
     from runner.errors import ConfigError
 
-    check_overrides(["experiment=kagome_heisenberg", "hilbert.Ly=2"])
-    with pytest.raises(ConfigError, match="hilbert.Ly is not a key of hilbert=chain"):
-        check_overrides(["experiment=kagome_heisenberg", "hilbert=chain", "hilbert.Ly=2"])
+    check_overrides(["experiment=j1j2_square", "hilbert.Lx=4"])
+    with pytest.raises(ConfigError, match="hilbert.Lx is not a key of hilbert=chain"):
+        check_overrides(["experiment=j1j2_square", "hilbert=chain", "hilbert.Lx=4"])

@@ -92,18 +92,3 @@ def test_phase_diagram_multirun_warm_starts_each_point_from_the_previous(tmp_pat
     assert "init_from.fingerprint" not in stamps[0]  # the first point starts cold
     for before, after in zip(summaries, stamps[1:]):
         assert after["init_from.fingerprint"] == before["config_fingerprint"]["hash"] and after["init_from.step"] == 5
-
-
-@pytest.mark.parametrize("name,sites,size,sites_other", [
-    ("triangular_heisenberg", 16, ["hilbert.L=6"], 36),
-    ("triangular_heisenberg", 16, ["hilbert.L=null", "hilbert.Lx=4", "hilbert.Ly=3"], 12),
-    ("kagome_heisenberg", 18, ["hilbert.Lx=2", "hilbert.Ly=2"], 12)])
-def test_frustrated_recipes_project_onto_the_ground_sector_at_every_size(name, sites, size, sites_other):
-    """The recipes build a GCNN in the exact ground state's sector (sector: auto), at their own
-    size and at another torus given by the usual keys."""
-    config = composed([f"experiment={name}"])
-    assert config["model"]["sector"] == "auto" and config["sampler"]["_target_"].endswith("metropolis_exchange")
-    assert build(config).hilbert.n_sites == sites
-    experiment = build(composed([f"experiment={name}", *size]))
-    assert experiment.hilbert.n_sites == sites_other
-    assert experiment.problem.model.sector is not None
