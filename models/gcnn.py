@@ -13,9 +13,6 @@ from models.common import check_param_dtype, log_cosh, normal, real_times
 from runner.errors import ConfigError
 from runner.physics import symmetry
 
-# The embedding weights of a cancelling sector start at this times 1/sqrt(N) (`embedding_gain`).
-EMBEDDING_GAIN = 0.3
-
 
 @dataclasses.dataclass(frozen=True)
 class GroupTables:
@@ -129,20 +126,6 @@ def tables_of(hilbert, sector) -> tuple:
     return group_tables(group.perm_ExN, elements, chi, sector.parity, sector), sector
 
 
-def embedding_gain(tables: GroupTables) -> float:
-    """The scale, times 1/sqrt(N), of the embedding weights at the start: EMBEDDING_GAIN in a sector
-    whose weights sum to zero (k != 0, a nontrivial irrep or parity -1), else 1.
-
-    There the projection cancels the constant part of exp(phi) and psi starts as its fluctuation;
-    with complex weights of scale 1/sqrt(N) some features sit near a zero of cosh, and that
-    fluctuation put the start's weight on a few configurations (kagome 2x3, k=(1,0): 181 of 48620
-    effective ones), where Metropolis chains froze. In a sector that keeps the constant the start
-    is nearly uniform, a near-eigenstate (the ferromagnet) where S is already far below SR's shift,
-    and smaller weights would flatten it further.
-    """
-    return EMBEDDING_GAIN if abs(sum(tables.weights_K())) < 1e-9 else 1.0
-
-
 def check_features(features) -> tuple:
     """`features` as a tuple of positive integers, else ConfigError."""
     if (not isinstance(features, (list, tuple)) or not features
@@ -187,8 +170,7 @@ class GCNN(nn.Module):
     def setup(self):
         tables, features = self.hilbert, self.features
         n, n_elements = tables.n_sites, tables.n_elements
-        self.kernel0 = self.param("kernel0", normal(embedding_gain(tables) / math.sqrt(n)), (n, features[0]),
-                                  self.param_dtype)
+        self.kernel0 = self.param("kernel0", normal(1 / math.sqrt(n)), (n, features[0]), self.param_dtype)
         self.bias0 = self.param("bias0", normal(0.01), (features[0],), self.param_dtype)
         kernels, biases = [], []
         for layer in range(1, len(features)):

@@ -7,7 +7,7 @@ import pytest
 
 from models import GCNN
 from models.common import log_cosh
-from models.gcnn import GroupTables, embedding_gain, group_tables
+from models.gcnn import GroupTables, group_tables
 from runner.errors import ConfigError
 from runner.physics import hilbert as hb
 from runner.physics import symmetry
@@ -29,7 +29,6 @@ def _model(hilbert, sector=None, features=(3, 2, 2), dtype=jnp.complex128, scale
     """The model and its parameters, scaled away from the nearly flat start."""
     model = GCNN(features=features, sector=sector, param_dtype=dtype, hilbert=hilbert)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.ones((hilbert.n_sites,), jnp.int8))["params"]
-    params = {**params, "kernel0": params["kernel0"] / embedding_gain(model.hilbert)}  # scale 1/sqrt(N)
     return model, jax.tree_util.tree_map(lambda x: scale * x, params)
 
 
@@ -234,41 +233,3 @@ def test_kagome_ground_state_in_its_sector(tmp_path):
     summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
     assert summary["status"] == "completed"
     assert summary["relative_error"] < 5e-3, summary
-
-
-@pytest.mark.slow  # 48620 configurations through a 12-element GCNN, twice
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_sector_start_spreads_over_the_space(seed):
-    """Kagome 2 x 3 at Sz = 0, complex parameters, k=(1,0) A P=-1 (the ground state's sector):
-    the projection cancels the constant part of exp(phi), so psi starts as its fluctuation. With
-    embedding weights of scale 1/sqrt(N) that start held 181 (seed 0) and 354 (seed 1) effective
-    configurations of 48620 (1 / sum p^2), and Metropolis chains froze (acceptance 0 by step 120);
-    it must hold a tenth of the space."""
-    hilbert = hb.kagome(Lx=2, Ly=3, total_sz=0)
-    model = GCNN(features=[4, 4], sector={"momentum": [1, 0], "irrep": "A", "parity": -1},
-                 param_dtype=jnp.complex128, hilbert=hilbert)
-    params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.ones((18,), jnp.int8))
-    log_abs = np.real(np.asarray(jax.jit(model.apply)(params, jnp.asarray(hb.all_states(hilbert)))))
-    p = np.exp(2 * (log_abs - log_abs.max()))
-    p /= p.sum()
-    assert 1 / np.sum(p**2) > 0.1 * len(p)
-
-
-@pytest.mark.slow  # a 40-step VMC run
-def test_a_momentum_pi_chain_run_on_reweighted_samples_does_not_freeze(tmp_path):
-    """Heisenberg chain L = 6, k=(3) A' P=-1 (lowest level -8.4721360), real parameters, 256
-    samples on 8 chains. On samples of |psi|^2 this run froze (acceptance 0.004; with
-    max_norm 1, 0.00 and -5.95): E_loc is constant on a symmetry orbit, so chains stuck on one
-    orbit see zero variance and zero force, and never leave. On samples of |psi| (machine_pow 1)
-    it reaches the level in 40 steps."""
-    from runner import app
-    from runner.config.build import build
-    from runner.parallel import mesh
-    from tests.config.test_build import compose_config
-
-    config = compose_config(["hilbert=chain", "hilbert.L=6", "hilbert.total_sz=0", "hamiltonian=heisenberg",
-                             "model=gcnn", "model.sector={momentum:[3],irrep:\"A'\",parity:-1}",
-                             "sampler=metropolis_exchange", "sampler.n_samples=256", "sampler.n_chains=8",
-                             "sampler.machine_pow=1", "n_iter=40", "exact=true", "final_rounds=1", "peak_search=0"])
-    summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
-    assert summary["sector_relative_error"] < 1e-6, summary
