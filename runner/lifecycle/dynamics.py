@@ -22,7 +22,7 @@ from runner.core.problem import draw
 from runner.core.sampler import init_chains, random_state
 from runner.core.tdvp import parameter_derivative, time_derivative
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, rundir, warm_start
+from runner.lifecycle import checkpoint, loop, rundir, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import trajectory_plot
 from runner.outputs.summary import finite
@@ -166,23 +166,19 @@ def _initial(experiment, layout) -> tuple[Initial, Initial]:
 
 
 def _save(run_dir: Path, state, settings, index: int):
-    """Checkpoints the state at saved time `index` (a collective; process 0 writes)."""
-    host_state = mesh.to_host(state)
-    if distributed.is_main():
-        meta = {"step": index, "t": float(host_state.integrator.t), "seed": settings.seed,
-                "config_fingerprint": fingerprint.record(settings.fingerprint)}
-        checkpoint.save(run_dir / rundir.CHECKPOINT, host_state, meta)
+    """Checkpoints the state at saved time `index` (`loop.save_checkpoint`, with t in its meta)."""
+    loop.save_checkpoint(run_dir, state, settings, index, t=float(mesh.to_host(state.integrator.t)))
 
 
 def _restore(run_dir: Path, like, shardings):
     """(state, saved index) of run_dir's checkpoint; exit 2 when it does not fit this config."""
     try:
-        loaded, meta = checkpoint.load(run_dir / rundir.CHECKPOINT, mesh.to_host(like))
+        state, meta = loop.restore(run_dir, mesh.to_host(like), shardings)
     except ValueError as err:
         print(f"Config error: resume found a checkpoint that does not fit this config ({err}); "
               "use a new run directory or resume=false.", file=sys.stderr)
         sys.exit(2)
-    return mesh.from_host(loaded, shardings), int(meta["step"])
+    return state, int(meta["step"])
 
 
 class Trajectory:

@@ -67,11 +67,13 @@ class Training(NamedTuple):
     compile_seconds: float | None  # None when stopped before compiling
 
 
-def save_checkpoint(run_dir: Path, state, settings, step: int):
-    """Checkpoints `state` after `step` steps (a collective: every process takes part; process 0 writes)."""
+def save_checkpoint(run_dir: Path, state, settings, step: int, **extra):
+    """Checkpoints `state` after `step` steps, `extra` added to its meta (a collective: every
+    process takes part; process 0 writes)."""
     host_state = mesh.to_host(state)
     if distributed.is_main():
-        meta = {"step": step, "seed": settings.seed, "config_fingerprint": fingerprint.record(settings.fingerprint)}
+        meta = {"step": step, **extra, "seed": settings.seed,
+                "config_fingerprint": fingerprint.record(settings.fingerprint)}
         checkpoint.save(run_dir / rundir.CHECKPOINT, host_state, meta)
 
 
