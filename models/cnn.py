@@ -98,12 +98,10 @@ def grid_conv(shape: tuple, kernel_size: int, pbc: bool, form: str | None = None
     `form` (None: by `conv_form`, from the configurations of each call as traced, vmap's axes not
     counted, and the parameters' kind): "windows" stacks every cell's window from slices of the
     padded grid and multiplies once; "dense" multiplies the flattened grid with `conv_matrix`;
-    "xla" is XLA's convolution of the padded grid. The three give the same sums in different
-    orders (rounding). The derivative by the kernel is always the windows' product: XLA's kernel
-    gradient of a convolution, batched over samples for per-sample log-derivatives, becomes a
-    grouped convolution 50x slower. A complex64 convolution runs as one real one on stacked real
-    and imaginary parts (2 C_in -> 2 C_out channels; for complex128 XLA's complex convolution was
-    faster)."""
+    "xla" is XLA's convolution of the padded grid (the same sums, rounded differently). The
+    derivative by the kernel is always the windows' product (XLA's kernel gradient, batched over
+    samples for per-sample log-derivatives, becomes a grouped convolution 50x slower). complex64
+    runs as one real convolution of stacked real and imaginary parts (2 C_in -> 2 C_out channels)."""
     n = len(shape)
     cells = math.prod(shape)
     numbers = ("N" + "HWD"[:n] + "C", "HWD"[:n] + "IO", "N" + "HWD"[:n] + "C")
@@ -179,12 +177,10 @@ class CNN(nn.Module):
     """Number of convolution layers (the first, plus depth - 1 residual ones)."""
     activation: str = "log_cosh"
     """The nonlinearity f; the one allowed value is log_cosh (`models.common.log_cosh`)."""
-    symmetries: str = "none"
-    """Symmetry projection on top: none, translations, point or lattice (the space group; see
-    `models.symmetrize`). With pbc the CNN is translation invariant already: point gives lattice's state."""
-    parity: int | None = None
-    """Spin-flip parity of the projected state: null (none), 1 or -1. (No momentum key: log psi is
-    translation invariant already, and its projection onto any q != 0 vanishes.)"""
+    sector: Any = None
+    """The symmetry sector projected onto: None (no projection), a `runner.physics.symmetry.Sector`
+    or {momentum, irrep, parity}; held as a `models.symmetrize.Projection`. With pbc log psi is
+    invariant under the translations already: one image per coset of them, and k = 0 only."""
     param_dtype: Any = jnp.float64
     """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
     hilbert: Any = None
@@ -199,9 +195,13 @@ class CNN(nn.Module):
                 raise ConfigError(key, f"must be a positive integer (got {value!r})")
         check_param_dtype(self.param_dtype)
         activation(self.activation)
+        invariance = None
+        if self.hilbert is not None and not isinstance(self.hilbert, symmetrize.Lattice):
+            invariance = symmetrize.Invariance(
+                symmetrize.translations_by(self.hilbert, 1), "the translations",
+                "model=vit with a patch_size p that makes every m_a p / L_a an integer")
+        object.__setattr__(self, "sector", symmetrize.projection_of(self.sector, self.hilbert, invariance))
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
-        symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert,
-                              translation_invariant=self.hilbert.pbc)
         super().__post_init__()
 
     @nn.compact
@@ -237,4 +237,4 @@ class CNN(nn.Module):
         return jnp.sum(per_cell.reshape(*per_cell.shape[:per_cell.ndim - n], -1), axis=-1)
 
     def __call__(self, sigma_xN):
-        return symmetrize.project(self.unprojected, sigma_xN, self.hilbert, self.symmetries, self.parity, None)
+        return symmetrize.project(self.unprojected, sigma_xN, self.sector)

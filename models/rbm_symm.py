@@ -15,6 +15,18 @@ from runner.errors import ConfigError
 GROUPS = ("translations", "lattice")
 
 
+def _invariance(hilbert, group: str) -> symmetrize.Invariance | None:
+    """The group log psi is invariant under (None before the Hilbert space is given or once it
+    is held as a Lattice: the sector is resolved then)."""
+    if hilbert is None or isinstance(hilbert, symmetrize.Lattice):
+        return None
+    if group == "translations":
+        return symmetrize.Invariance(symmetrize.translations_by(hilbert, 1), "the translations",
+                                     "model=vit with a patch_size p that makes every m_a p / L_a an integer")
+    return symmetrize.Invariance(symmetrize.lattice_of(hilbert).space_group_GxN, "the space group",
+                                 "group=translations for another irrep at k = 0, or model=vit")
+
+
 class RBMSymm(nn.Module):
     """log psi(s) = a sum_i s_i + sum_{f, g} log cosh(b_f + sum_i W_fi s_{g(i)}): each of the
     `alpha` features has one weight vector and bias, shared by its hidden units over the G
@@ -22,7 +34,7 @@ class RBMSymm(nn.Module):
 
     It is an RBM whose N x (G alpha) weight matrix is W with its rows permuted by each group
     element: the RBM's local updates (sampler cache, local-energy ratios) apply to that matrix
-    unchanged, so this model runs on them whenever no projection is asked for on top.
+    unchanged, so this model runs on them whenever its sector asks for no projection on top.
     """
 
     alpha: int = 1
@@ -31,13 +43,10 @@ class RBMSymm(nn.Module):
     """The group the hidden units are shared over: translations (the lattice's T translations) or
     lattice (its space group: translations with the rotations and reflections that map the
     finite lattice onto itself)."""
-    symmetries: str = "none"
-    """Symmetry projection on top (see `models.symmetrize`); log psi is already invariant under
-    `group`, so this is for `parity`, or for `point` (the point group: the space group's state at 1/T
-    of `lattice`'s cost) on top of group=translations."""
-    parity: int | None = None
-    """Spin-flip parity of the projected state: null (none), 1 or -1. (No momentum key: log psi is
-    translation invariant already, and its projection onto any q != 0 vanishes.)"""
+    sector: Any = None
+    """The symmetry sector projected onto: None (no projection), a `runner.physics.symmetry.Sector`
+    or {momentum, irrep, parity}; held as a `models.symmetrize.Projection`. log psi is invariant
+    under `group` already: one image per coset of it, and only sectors trivial on it."""
     param_dtype: Any = jnp.float64
     """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
     hilbert: Any = None
@@ -54,13 +63,13 @@ class RBMSymm(nn.Module):
         if self.group not in GROUPS:
             raise ConfigError("group", f"must be one of {', '.join(GROUPS)} (got {self.group!r})")
         check_param_dtype(self.param_dtype)
+        object.__setattr__(self, "sector", symmetrize.projection_of(self.sector, self.hilbert, _invariance(self.hilbert, self.group)))
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
-        symmetrize.check_keys(self.symmetries, self.parity, None, self.hilbert, translation_invariant=True)
         super().__post_init__()
 
     def fast_paths_apply(self) -> bool:
         """The RBM's updates give log psi of the model without projection only."""
-        return self.symmetries == "none" and self.parity is None
+        return self.sector is None or self.sector.trivial
 
     def group_GxN(self) -> np.ndarray:
         """The group's permutations: image g of s is s[perm[g]] (row 0 the identity)."""
@@ -78,7 +87,7 @@ class RBMSymm(nn.Module):
         return RBM.local_log_psi(self.local_state(self.local_tables(params), sigma_xN))
 
     def __call__(self, sigma_xN):
-        return symmetrize.project(self.unprojected, sigma_xN, self.hilbert, self.symmetries, self.parity, None)
+        return symmetrize.project(self.unprojected, sigma_xN, self.sector)
 
     # --- the RBM's fast paths, on the expanded parameters ------------------------------------
 

@@ -1,16 +1,16 @@
-"""Symmetry projection of any log psi: the lattice the models read, images and their characters."""
+"""Symmetry projection of any log psi onto a sector: the lattice the models read, the images of a
+configuration and their characters."""
 
 import dataclasses
 import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from runner.errors import ConfigError
-
-SYMMETRIES = ("none", "translations", "point", "lattice")
-PARITIES = (None, 1, -1)
+from runner.physics import symmetry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,25 +46,6 @@ class Lattice:
             return np.arange(self.n_sites, dtype=np.int32)[None]
         return np.asarray(self.space_group, np.int32).reshape(-1, self.n_sites)
 
-    @property
-    def point_group_PxN(self) -> np.ndarray:
-        """[P, N] one space-group row per coset of the translations (the point operations, each
-        followed by some translation), in the space group's order: row 0 the identity. For a log
-        psi already invariant under the translations, the sum over these rows is the sum over
-        the whole space group divided by T."""
-        translations_TxN = self.translations_TxN
-        rows, seen = [], set()
-        for row in self.space_group_GxN:
-            coset = min(tuple(t[row].tolist()) for t in translations_TxN)  # the same for t' o row
-            if coset not in seen:
-                seen.add(coset)
-                rows.append(row)
-        return np.asarray(rows, np.int32)
-
-    def displacement(self, t: int) -> tuple:
-        """The cell offset (one integer per direction) of translation t."""
-        return tuple(int(c) for c in np.unravel_index(self.translations[t][0] // self.n_basis, self.shape))
-
 
 def lattice_of(hilbert) -> Lattice:
     """The runner's lattice as a `Lattice` (idempotent: models re-run this when flax clones them)."""
@@ -83,69 +64,160 @@ def lattice_of(hilbert) -> Lattice:
                    space_group)
 
 
-def check_keys(symmetries, parity, momentum, lattice: Lattice, translation_invariant: bool = False):
-    """Refuses an unknown symmetry group, parity, or a momentum that does not fit the lattice;
-    `point` only for a model whose log psi is invariant under the translations already (on any
-    other it would sum over coset representatives: a state of no symmetry)."""
-    if symmetries not in SYMMETRIES:
-        raise ConfigError("symmetries", f"must be one of {', '.join(SYMMETRIES)} (got {symmetries!r})")
-    if symmetries == "point" and not translation_invariant:
-        raise ConfigError("symmetries", "point needs a model invariant under the lattice's translations "
-                          "(rbm_symm, or cnn on a periodic lattice); use lattice")
-    if isinstance(parity, bool) or parity not in PARITIES:
-        raise ConfigError("parity", f"must be null, 1 or -1 (got {parity!r})")
-    if momentum is None:
-        return None
-    d = len(lattice.shape)
-    if (not isinstance(momentum, (list, tuple)) or len(momentum) != d
-            or any(isinstance(m, bool) or not isinstance(m, int) for m in momentum)):
-        raise ConfigError("momentum", f"must be null or a list of {d} integers m, q = m_k / L_k b_k (got {momentum!r})")
-    if symmetries != "translations":
-        # With the point group a momentum q != 0 is no longer a one-dimensional character (the
-        # rotations mix q with its star); symmetries=lattice projects onto the trivial one.
-        raise ConfigError("momentum", f"needs symmetries=translations (got symmetries={symmetries})")
-    return tuple(momentum)
+class Invariance(NamedTuple):
+    """A symmetry a model's log psi has without projection.
 
-
-def images(lattice: Lattice, symmetries: str, parity, momentum):
-    """The symmetry images of a configuration and their characters.
-
-    Returns:
-        (perm_GxN int32: image g of sigma is sign_G[g] * sigma[perm_GxN[g]],
-         sign_G int8 (+1, or -1 for the spin-flipped half),
-         weight_G complex128: psi_P(s) = sum_g weight_g psi(image_g(s)).)
-    Translations with momentum q weigh image t by exp(-i q . d_t), so psi_P(T_u s) =
-    exp(i q . d_u) psi_P(s); `lattice` takes every space-group element with weight 1 (the
-    trivial representation A1: psi_P(g s) = psi_P(s)); the spin flip weighs by `parity`.
+    Attributes:
+        rows_HxN: the group's site permutations (psi(s[row]) = psi(s) for each row).
+        name: the group in words, e.g. "the translations".
+        alternative: what reaches the sectors this invariance rules out, e.g. "model=vit".
     """
-    perms = {"translations": lattice.translations_TxN, "point": lattice.point_group_PxN,
-             "lattice": lattice.space_group_GxN}.get(
-        symmetries, np.arange(lattice.n_sites, dtype=np.int32)[None])
-    weights = np.ones(len(perms), np.complex128)
-    if momentum is not None:
-        for t in range(len(perms)):
-            phase = sum(m * d / e for m, d, e in zip(momentum, lattice.displacement(t), lattice.shape))
-            weights[t] = np.exp(-2j * np.pi * phase)
-    signs = np.ones(len(perms), np.int8)
-    if parity is not None:
-        perms = np.concatenate([perms, perms])
-        signs = np.concatenate([signs, -signs])
-        weights = np.concatenate([weights, parity * weights])
-    return perms.astype(np.int32), signs, weights
+
+    rows_HxN: np.ndarray
+    name: str
+    alternative: str
 
 
-def project(log_psi_fn, sigma_xN, lattice: Lattice, symmetries: str, parity, momentum):
+@dataclasses.dataclass(frozen=True)
+class Projection:
+    """A model's symmetry sector and the images its log psi is summed over, as hashable tuples.
+
+    psi_P(s) = sum_g weights[g] psi(signs[g] s[perms[g]]) is sum_{g in G_k} chi(g)* psi(g s)
+    (`runner.physics.symmetry`), with the elements that give the model the same value (by its own
+    invariance, or by moving the sites alike) taken together: one image per class, weighed by the
+    class's summed chi* over the identity class's; with parity, every image once more spin-flipped
+    and weighed by parity.
+
+    Attributes:
+        sector: the `runner.physics.symmetry.Sector` projected onto.
+        perms: rows of N site indices, the identity first.
+        signs: +1, or -1 for the spin-flipped half.
+        weights: complex weights, 1 on the identity.
+    """
+
+    sector: Any
+    perms: tuple
+    signs: tuple
+    weights: tuple
+
+    @property
+    def trivial(self) -> bool:
+        """The identity alone: psi_P = psi (the model evaluated without projection)."""
+        return len(self.perms) == 1
+
+    def arrays(self):
+        """(perm_GxN int32, sign_G int8, weight_G complex128)."""
+        return (np.asarray(self.perms, np.int32), np.asarray(self.signs, np.int8),
+                np.asarray(self.weights, np.complex128))
+
+
+def translations_by(hilbert, step: int) -> np.ndarray:
+    """[T', N] the lattice's translations by a multiple of `step` cells in every direction."""
+    rows = np.asarray(hilbert.translations, np.int32)
+    n_basis = hilbert.n_sites // math.prod(hilbert.shape)
+    offsets = np.stack(np.unravel_index(rows[:, 0] // n_basis, tuple(hilbert.shape)), axis=-1)
+    return rows[np.all(offsets % step == 0, axis=-1)]
+
+
+def _class_labels(rows_ExN, invariant_HxN) -> list:
+    """A label per row, equal for rows r, r' with psi(s[r]) = psi(s[r']) for every s by the
+    invariance (r' = r o h): the lexicographically smallest row of r o H (H itself for r in H)."""
+    group = {tuple(h) for h in invariant_HxN.tolist()}
+    labels = []
+    for row in rows_ExN:
+        if tuple(row.tolist()) in group:
+            labels.append("H")
+            continue
+        moved_HxN = row[invariant_HxN]
+        labels.append(tuple(moved_HxN[np.lexsort(moved_HxN.T[::-1])[0]].tolist()))
+    return labels
+
+
+def _check_reach(sector, rows_ExN, chi_E, invariance: Invariance | None):
+    """Refuses a sector that holds no state of the lattice (an element that moves no site with
+    chi != 1), or one the model's invariance makes vanish (chi != 1 on that group)."""
+    off = np.abs(chi_E - 1) > 1e-9
+    fixed = np.all(rows_ExN == np.arange(rows_ExN.shape[1]), axis=1)
+    if np.any(off & fixed):
+        raise ConfigError("sector", f"{sector.name} holds no state of this lattice (an element of its little group "
+                                    f"moves no site but has a character other than 1)")
+    if invariance is None:
+        return
+    group = {tuple(h) for h in invariance.rows_HxN.tolist()}
+    inside = np.array([tuple(r) in group for r in rows_ExN.tolist()])
+    if np.any(off & inside):
+        raise ConfigError("sector", f"{sector.name} is out of this model's reach: its log psi is invariant under "
+                                    f"{invariance.name}, on which the sector's characters are not all 1, so its "
+                                    f"projection vanishes; use {invariance.alternative}")
+
+
+def projection_of(sector, hilbert, invariance: Invariance | None = None) -> Projection | None:
+    """A model's `sector` as the images its projection sums over (idempotent: flax re-runs it).
+
+    Args:
+        sector: None (no projection), a `runner.physics.symmetry.Sector`, {momentum, irrep,
+            parity} (`symmetry.parse_sector`), or a `Projection` (returned as it is).
+        hilbert: the runner's `runner.physics.hilbert.Hilbert`.
+        invariance: the symmetry the model has already: its elements collapse into one image,
+            and a sector whose characters are not 1 on it is refused.
+
+    Raises:
+        ConfigError (key `sector`, or `sector.KEY`): a value that is no sector of the lattice or
+        its Sz space, `auto` (resolved by the runner, which knows the Hamiltonian), or a sector
+        the model cannot reach.
+    """
+    if sector is None or isinstance(sector, Projection):
+        return sector
+    if isinstance(sector, str) and sector == "auto":
+        raise ConfigError("sector", "auto is resolved by the runner from the Hamiltonian (runner.config.build); "
+                                    "a model built by hand takes null or {momentum: [...], irrep: A1, parity: 1}")
+    if hilbert is None or isinstance(hilbert, Lattice):
+        raise ConfigError("hilbert", "is required as the runner's Hilbert space to resolve a sector")
+    group = symmetry.space_group(hilbert)
+    if not isinstance(sector, symmetry.Sector):
+        sector = symmetry.parse_sector(sector, hilbert, "sector", group)
+    try:
+        symmetry.check_fits(hilbert, sector)
+        elements, chi_E = symmetry.characters(group, sector)
+    except ValueError as err:
+        raise ConfigError("sector", str(err)) from None
+    rows_ExN = group.perm_ExN[elements]
+    _check_reach(sector, rows_ExN, chi_E, invariance)
+    identity = np.arange(hilbert.n_sites, dtype=np.int32)[None]
+    labels = _class_labels(rows_ExN, identity if invariance is None else invariance.rows_HxN)
+    firsts = {}
+    for e, label in enumerate(labels):
+        firsts.setdefault(label, e)
+    totals = {label: 0j for label in firsts}
+    for label, c in zip(labels, chi_E):
+        totals[label] += np.conj(c)
+    perms = [tuple(int(i) for i in rows_ExN[e]) for e in firsts.values()]
+    weights = [complex(totals[label] / totals[labels[0]]) for label in firsts]
+    signs = [1] * len(perms)
+    if sector.parity is not None:
+        perms, signs, weights = perms * 2, signs + [-1] * len(signs), weights + [sector.parity * w for w in weights]
+    return Projection(sector, tuple(perms), tuple(signs), tuple(weights))
+
+
+def project(log_psi_fn, sigma_xN, projection: Projection | None):
     """log psi_P(s) = log sum_g weight_g exp(log psi(image_g(s))) [...], computed stably.
 
-    The largest real part is taken out before exponentiating (as a constant: it cancels),
-    so complex log psi and any weights are fine. The result is real only when log psi is
-    real and every weight is a positive real.
+    Without projection (None, or the identity alone) this is log_psi_fn(sigma_xN) itself. The
+    largest real part is taken out before exponentiating (as a constant: it cancels), so complex
+    log psi and any weights are fine. The result is real only when log psi is real and every
+    weight is a positive real.
     """
-    if symmetries == "none" and parity is None:
+    if projection is None or projection.trivial:
         return log_psi_fn(sigma_xN)
-    perm_GxN, sign_G, weight_G = images(lattice, symmetries, parity, momentum)
+    perm_GxN, sign_G, weight_G = projection.arrays()
     images_xGxN = sigma_xN[..., perm_GxN] * jnp.asarray(sign_G, sigma_xN.dtype)[:, None]
-    log_psi_xG = log_psi_fn(images_xGxN)
+    return log_weighted_sum(log_psi_fn(images_xGxN), weight_G)
+
+
+def log_weighted_sum(log_psi_xG, weight_G):
+    """log sum_g weight_g exp(log_psi_xG[..., g]) [...], the largest real part taken out before
+    exponentiating (as a constant: it cancels). Real when log psi is real and every weight
+    (a NumPy array [G]) a positive real; complex otherwise."""
     shift_x = jax.lax.stop_gradient(jnp.max(jnp.real(log_psi_xG), axis=-1, keepdims=True))
     positive = np.allclose(weight_G.imag, 0) and np.all(weight_G.real > 0)
     if positive and not jnp.iscomplexobj(log_psi_xG):

@@ -39,7 +39,7 @@ class ViT(nn.Module):
     then a two-layer log cosh feed-forward, both residual); the patches summed (invariant under
     translations by whole patches); log psi = sum_a log cosh(b_a + w_a . z) with complex w, b.
     Real dtypes keep the body real and hold w, b as real and imaginary parts; complex dtypes
-    make every parameter complex (holomorphic). Full translation invariance: symmetries=translations.
+    make every parameter complex (holomorphic). Full translation invariance: a `sector`.
     """
 
     patch_size: int = 2
@@ -50,13 +50,11 @@ class ViT(nn.Module):
     """Attention heads (must divide d_model)."""
     n_layers: int = 1
     """Encoder layers."""
-    symmetries: str = "none"
-    """Symmetry projection on top: none, translations or lattice (the space group; see `models.symmetrize`)."""
-    parity: int | None = None
-    """Spin-flip parity of the projected state: null (none), 1 or -1."""
-    momentum: Any = None
-    """Total momentum sector with symmetries=translations: null (q = 0) or [m1, m2] (q = m_k/L_k b_k);
-    only the q whose phase is 1 on whole-patch translations survive (the rest project to zero)."""
+    sector: Any = None
+    """The symmetry sector projected onto: None (no projection), a `runner.physics.symmetry.Sector`
+    or {momentum, irrep, parity}; held as a `models.symmetrize.Projection`. log psi is invariant
+    under translations by whole patches: one image per coset of them, and only momenta m with
+    every m_a patch_size / L_a an integer."""
     param_dtype: Any = jnp.float64
     """Parameter dtype: real gives a real body and a complex output layer, complex makes all complex."""
     hilbert: Any = None
@@ -72,12 +70,17 @@ class ViT(nn.Module):
         if self.d_model % self.n_heads:
             raise ConfigError("n_heads", f"must divide d_model={self.d_model} (got {self.n_heads})")
         check_param_dtype(self.param_dtype)
-        object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
-        if any(e % self.patch_size for e in self.hilbert.shape):
-            extents = self.hilbert.shape
+        lattice = symmetrize.lattice_of(self.hilbert)
+        if any(e % self.patch_size for e in lattice.shape):
+            extents = lattice.shape
             raise ConfigError("patch_size", f"must divide the lattice's extents {extents} (got {self.patch_size})")
-        momentum = symmetrize.check_keys(self.symmetries, self.parity, self.momentum, self.hilbert)
-        object.__setattr__(self, "momentum", momentum)
+        invariance = None
+        if not isinstance(self.hilbert, symmetrize.Lattice):
+            invariance = symmetrize.Invariance(
+                symmetrize.translations_by(self.hilbert, self.patch_size), "translations by whole patches",
+                "a patch_size p that makes every m_a p / L_a an integer (p = L reaches every momentum)")
+        object.__setattr__(self, "sector", symmetrize.projection_of(self.sector, self.hilbert, invariance))
+        object.__setattr__(self, "hilbert", lattice)
         super().__post_init__()
 
     def patches(self, sigma_xN):
@@ -124,5 +127,4 @@ class ViT(nn.Module):
         return sum_log_cosh(theta).reshape(sigma_xN.shape[:-1])
 
     def __call__(self, sigma_xN):
-        return symmetrize.project(self.unprojected, sigma_xN, self.hilbert, self.symmetries, self.parity,
-                                  self.momentum)
+        return symmetrize.project(self.unprojected, sigma_xN, self.sector)

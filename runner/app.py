@@ -17,7 +17,7 @@ from runner.config.build import Experiment, build
 from runner.core.full_sum import FullSumSampler
 from runner.core.vmc import full_sum_invariance_error, init_state
 from runner.errors import ConfigError
-from runner.lifecycle import finish, hparams_search, loop, rundir, warm_start
+from runner.lifecycle import dynamics, finish, hparams_search, loop, rundir, sector_check, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import loggers
 from runner.outputs.header import log_header
@@ -84,6 +84,7 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, r
             conflict = err
             raise
         layout, tracking = _set_up(experiment, config, run_dir)
+        dynamics.check(experiment)  # initial_state plus_x: a model that cannot represent it
     except ConfigError as err:
         if raise_config_errors:
             raise
@@ -215,17 +216,9 @@ def _start(experiment: Experiment, layout: mesh.Layout, run_dir: Path, resuming:
     return state, shardings, n_params, int(meta["step"])
 
 
-def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
-            stop: StopRequest | None = None, tracking: loggers.Tracking | None = None) -> dict:
-    """The run: skip, or init or resume; train; estimate; summarise; exit 1 on a failed run, 3 or
-    130 on a stopped one.
-
-    `stop` is the caller's installed StopRequest (signals received during the set-up count);
-    without one, handlers are installed from compilation on. `tracking`: the trackers (TensorBoard,
-    MLflow) that also get the params, every step's metrics, the summary and the plots.
-    """
-    settings = experiment.settings
-    wall_start = time.perf_counter()
+def _open_run_dir(run_dir: Path, settings) -> tuple[dict | None, bool]:
+    """(the summary of a completed run of this config, or None; whether to resume) for `run_dir`,
+    made if missing. Exits 2 when it holds another config's run; warns when a run is replaced."""
     run_dir.mkdir(parents=True, exist_ok=True)
     try:  # both refuse a run directory that holds another config's run
         done = rundir.completed_summary(run_dir, settings)
@@ -235,7 +228,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
         sys.exit(2)
     if done is not None:
         log.info("already completed (%s); delete it or set resume=false to run again", run_dir / rundir.SUMMARY)
-        return done
+        return done, False
     replaced = rundir.replacing(run_dir, settings)
     if replaced is not None and distributed.is_main():
         log.warning(replaced)
@@ -243,8 +236,27 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
         # no stale summary while this run trains: a resumed run's (stopped "after saving a checkpoint"
         # of an earlier step) would outlive a second Ctrl-C, which exits at once without one
         (run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+    return None, resuming
 
-    exact_energy = finish.exact_energy(experiment, _sweep_dir())
+
+def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
+            stop: StopRequest | None = None, tracking: loggers.Tracking | None = None) -> dict:
+    """The run: skip, or init or resume; train; estimate; summarise; exit 1 on a failed run, 3 or
+    130 on a stopped one.
+
+    `stop` is the caller's installed StopRequest (signals received during the set-up count);
+    without one, handlers are installed from compilation on. `tracking`: the trackers (TensorBoard,
+    MLflow) that also get the params, every step's metrics, the summary and the plots.
+    """
+    settings, wall_start = experiment.settings, time.perf_counter()
+    done, resuming = _open_run_dir(run_dir, settings)
+    if done is not None:
+        return done
+    if settings.task is not None:  # a time evolution (task=dynamics)
+        return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking, started=wall_start)
+
+    exact = finish.exact_ground(experiment, _sweep_dir())  # energy (and observables) of the exact ground state
+    exact_energy = exact.energy
     _check_full_sum(experiment.problem, settings.seed)
     state, shardings, n_params, start = _start(experiment, layout, run_dir, resuming)
     metrics_log = loop.MetricsLog(run_dir / rundir.METRICS, start, started=wall_start)
@@ -254,14 +266,18 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         training = loop.train(experiment, layout, state, shardings, start, run_dir=run_dir,
                               metrics_log=metrics_log, stop=stop)
-        final, observed, peak_check = finish.conclude(experiment, layout, training, shardings, run_dir)
+        final, observed, peak_check = finish.conclude(experiment, layout, training, shardings, run_dir, exact)
+        found = sector_check.exact_spectrum(experiment) if training.status == "completed" else None
+        sector = sector_check.relative_error(sector_check.fields(experiment, training.state, found, exact_energy),
+                                             final.get("energy"))
         timings = Timings.of(training.step_times, training.compile_seconds, time.perf_counter() - wall_start)
         outcome = Outcome(status=training.status, reason=training.reason, final=final, exact_energy=exact_energy,
                           n_params=n_params, timings=timings, peak_check=peak_check,
-                          observed=observed[0] if observed else None)
+                          observed=observed[0] if observed else None, sector=sector)
         result = summarise(experiment, layout, outcome, metrics_log.records)
         finish.write(run_dir, result, metrics_log.records, exact_energy, observed[1] if observed else None,
                      tracking)
+        sector_check.write(run_dir, found)
         report(result)
         if training.status in ("preempted", "interrupted"):
             stop.hand_over()  # under submitit: requeues the job (and exits)

@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+from runner.config import fingerprint
 from runner.errors import ConfigError
 from runner.lifecycle.hparams_search import quiet_storage_logs
 from runner.lifecycle.preemption import EXIT_INTERRUPTED
@@ -63,11 +64,18 @@ def _choices(argv) -> dict:
     for entry in yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())["defaults"]:
         if isinstance(entry, dict):
             chosen.update({k: v for k, v in entry.items() if isinstance(v, str)})
+    picked = {}
     for arg in argv:
         key, _, value = arg.partition("=")
         if (Path(CONF_DIR) / key).is_dir() and "," not in value:
-            chosen[key] = value
-    return chosen
+            picked[key] = value
+    # An experiment's `override /group: option` entries come before the command line's choices.
+    experiment = Path(CONF_DIR) / "experiment" / f"{picked.get('experiment')}.yaml"
+    if experiment.is_file():
+        for entry in (yaml.safe_load(experiment.read_text()) or {}).get("defaults", []):
+            if isinstance(entry, dict):
+                chosen.update({k.removeprefix("override /"): v for k, v in entry.items() if isinstance(v, str)})
+    return {**chosen, **picked}
 
 
 def _key_names(argv):
@@ -92,8 +100,9 @@ def _key_names(argv):
         node = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
         sub = rest.partition(".")[0]
         if isinstance(node, dict) and node and sub not in node:
+            instead = fingerprint.RETIRED_BY.get(f"{head}.{sub}")  # an old key: what replaced it
             raise ConfigError(f"{head}.{sub}", f"is not a key of {head}={option}; "
-                                               f"{_nearest(sub, set(node) - {'_target_'})}")
+                                               f"{instead or _nearest(sub, set(node) - {'_target_'})}")
 
 
 def run_id(env=None) -> str:

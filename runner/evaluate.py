@@ -25,9 +25,9 @@ from runner.parallel.runtime import configure_runtime
 
 log = logging.getLogger(__name__)
 
-# Model keys an evaluation may change: the symmetry projection of the trained parameters (the
-# same parameters, a state projected on a symmetry sector: its energy is as variational).
-PROJECTION_KEYS = ("model.symmetries", "model.parity", "model.momentum")
+# The model key an evaluation may change: the symmetry sector the trained parameters are projected
+# onto (the same parameters, a state in that sector: its energy is as variational).
+PROJECTION_KEY = "model.sector"
 USAGE = "usage: python -m runner.evaluate RUN_DIR [overrides, e.g. sampler.n_samples=65536 final_rounds=4 parallel=sharded]"
 
 
@@ -40,7 +40,7 @@ def compose_config(run_dir, overrides) -> dict:
 
     Raises:
         ConfigError: an override Hydra cannot compose, or one that changes the Hamiltonian,
-            model (other than its projection, `PROJECTION_KEYS`), lattice or dtype (naming the key
+            model (other than its sector, `PROJECTION_KEY`), lattice or dtype (naming the key
             and both values).
     """
     from hydra import compose, initialize_config_dir
@@ -60,11 +60,12 @@ def compose_config(run_dir, overrides) -> dict:
     for key in new:
         if base.get(key) != new[key]:
             config[key] = new[key]
-    unprojected = lambda c: {k: v for k, v in fingerprint.of(c).items() if k not in PROJECTION_KEYS}  # noqa: E731
+    unprojected = lambda c: {k: v for k, v in fingerprint.of(c).items()  # noqa: E731
+                             if k != PROJECTION_KEY and not k.startswith(PROJECTION_KEY + ".")}
     load.refuse_difference(
         unprojected(stored), unprojected(config), load.PHYSICS_KEYS, f"the run {run_dir}",
         "an evaluation measures the run's own state (its Hamiltonian, model, lattice and dtype; "
-        "model.symmetries, parity and momentum may project it)",
+        "model.sector may project it)",
         here="the overrides",
     )
     return config
@@ -88,11 +89,11 @@ def split_total(config: dict, overrides) -> dict:
 
 
 def projection_change(stored: dict, config: dict) -> dict | None:
-    """{key: [the run's value, the evaluated one]} for the projection keys an evaluation
-    changes, or None when it evaluates the trained state itself."""
-    old, new = fingerprint.of(stored), fingerprint.of(config)
-    changed = {k: [old.get(k), new.get(k)] for k in PROJECTION_KEYS if old.get(k) != new.get(k)}
-    return changed or None
+    """{"model.sector": [the run's value, the evaluated one]} when an evaluation changes the
+    sector, or None when it evaluates the trained state itself (a run written before the key
+    existed had no projection: null)."""
+    old, new = (c["model"].get("sector") for c in (stored, config))
+    return None if old == new else {PROJECTION_KEY: [old, new]}
 
 
 def _set_up(run_dir: Path, overrides):
@@ -141,8 +142,8 @@ def evaluate(run_dir, overrides=()) -> dict:
     Args:
         run_dir: a run directory (with .hydra/ and checkpoint/).
         overrides: Hydra overrides (sampler, final_rounds, seed, chunk_size, parallel, observables,
-            peak_search; model.symmetries / parity / momentum evaluate the trained parameters'
-            projection on a symmetry sector, "projection" in the result).
+            peak_search; model.sector evaluates the trained parameters' projection on a symmetry
+            sector, "projection" in the result).
 
     Returns:
         The evaluation dict, also written to RUN_DIR/evaluation.json by process 0.
@@ -183,10 +184,15 @@ def evaluate(run_dir, overrides=()) -> dict:
         "config_fingerprint": trained.meta.get("config_fingerprint"),
         "wall_seconds": time.perf_counter() - started,
     }
+    _write(run_dir, result)
+    return result
+
+
+def _write(run_dir: Path, result: dict):
+    """Process 0 writes RUN_DIR/evaluation.json atomically."""
     if distributed.is_main():
         text = json.dumps(result, indent=2) + "\n"
         checkpoint.write_atomic(run_dir / rundir.EVALUATION, lambda f: f.write(text.encode()))
-    return result
 
 
 def main(argv=None):

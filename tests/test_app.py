@@ -204,7 +204,7 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
 
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
     calls, sent = [], []
-    monkeypatch.setattr(finish, "ground_energy", lambda *args: calls.append(args) or -7.25)
+    monkeypatch.setattr(finish, "ground_state", lambda *args, **kw: calls.append(args) or (-7.25, None))
     monkeypatch.setattr(distributed, "broadcast_float", lambda x: sent.append(x) or -7.25)
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
@@ -460,6 +460,28 @@ def test_header_says_which_evaluation_paths_the_model_takes():
     assert paths(MLP(hidden=(4,))).startswith("generic paths")
 
 
+def test_header_logs_the_models_sector_with_auto_resolved(caplog):
+    import types
+
+    from runner.config.build import build
+    from runner.outputs.header import log_header
+    from tests.config.test_build import KAGOME, compose_config
+
+    layout = types.SimpleNamespace(n_devices=1)
+    for exact, line in (("auto", "sector: k=(0,0) B1 P=+1 (auto: from the exact spectrum)"),
+                        ("false", "sector: k=(0,0) A1 (auto: the trivial sector, the exact solver being off)")):
+        config = compose_config([*KAGOME, "model.sector=auto", f"exact={exact}"])
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            log_header(build(config), layout, config)
+        assert line in caplog.text
+    config = compose_config(KAGOME)
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        log_header(build(config), layout, config)
+    assert "model: CNN(" in caplog.text and "sector:" not in caplog.text
+
+
 def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, caplog):
     """A 6x6 probe's step 129 had E = 1.2e15 with an overflowed variance (null in metrics.jsonl): the
     run must stop as on a NaN energy, not go on (it crashed formatting the progress bar)."""
@@ -529,3 +551,47 @@ def test_resume_false_says_what_it_replaces(finished, tmp_path):
         f"resume=false: rerunning the completed run in {finished} with the same config")
     assert rundir.replacing(finished, other(True, stored)) is None
     assert rundir.replacing(tmp_path, other(False, stored)) is None
+
+
+def test_a_run_with_observables_reports_those_of_the_exact_ground_state(tmp_path):
+    from runner.physics import exact, hamiltonians, observables
+    from runner.physics import hilbert as hb
+
+    run_cli(["hilbert.L=6", "n_iter=2", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=1", "exact=true",
+             "observables=spin", f"hydra.run.dir={tmp_path}"], REPO, check=True)
+    summary = summary_of(tmp_path)
+    correlations = json.loads((tmp_path / "correlations.json").read_text())
+    assert set(summary["exact_observables"]) == set(summary["observables"])
+    assert len(correlations["exact_structure_factor"]) == len(correlations["momenta"])
+    lattice = hb.chain(6)
+    ham = hamiltonians.ising(lattice, 1.0, 1.0)
+    expected = observables.exact_values(observables.spin(lattice, ham), lattice, exact.ground_state(ham, lattice)[1])
+    assert summary["exact_observables"] == pytest.approx(expected[0]["exact_observables"], abs=1e-10)
+    assert np.asarray(correlations["exact_zz"]) == pytest.approx(np.asarray(expected[1]["exact_zz"]), abs=1e-10)
+
+
+@pytest.mark.slow
+def test_a_collapsed_run_stops_early_with_the_reason(tmp_path):
+    """README's kagome example with a Metropolis exchange sampler: its chains freeze apart from
+    about step 20 (it used to step on to a NaN energy at step 104)."""
+    from runner.diagnostics import health
+
+    proc = run_cli(["hilbert=kagome", "hilbert.L=2", "hamiltonian=heisenberg", "hilbert.total_sz=0",
+                    "sampler=metropolis_exchange", "exact=false", f"hydra.run.dir={tmp_path}"], REPO)
+    assert proc.returncode == 1
+    summary = summary_of(tmp_path)
+    assert summary["status"] == "failed" and summary["reason"].startswith("collapsed:"), summary["reason"]
+    assert health.COLLAPSE_STEPS <= summary["steps_done"] < 60 and summary["energy"] is None
+    assert sum("collapsed:" in line and "stopping" in line for line in (proc.stdout + proc.stderr).splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_an_ordered_run_whose_acceptance_is_low_is_not_stopped(tmp_path):
+    """The TFIM chain deep in its ordered phase: acceptance about 0.01 from step 35 on, but its
+    chains agree (R-hat about 1): a sharply peaked healthy state runs to the end."""
+    run_cli(["hilbert.L=10", "hamiltonian.h=0.3", "n_iter=70", "exact=false", f"hydra.run.dir={tmp_path}"], REPO,
+            check=True)
+    summary = summary_of(tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert summary["status"] == "completed" and summary["steps_done"] == 70
+    assert all(r["acceptance"] < 0.02 for r in records[-20:])  # the acceptance criterion alone would stop it

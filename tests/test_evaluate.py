@@ -124,10 +124,10 @@ def test_a_directory_that_is_not_a_run_is_one_sentence(tmp_path):
 
 
 def test_the_symmetry_projection_of_the_trained_parameters_is_evaluated_exactly(tmp_path):
-    """model.symmetries / parity may be overridden: the run's parameters, the state projected on
-    the chain's space group and the even spin-flip sector; its full-sum energy equals the dense
-    <psi_P|H|psi_P> / <psi_P|psi_P> of psi_P(s) = sum_g sum_f parity^f psi(f g s) built here from the
-    unprojected log psi. Another model key is still refused."""
+    """model.sector may be overridden: the run's parameters, the state projected on the chain's
+    k=(0) A' P=+1 sector (the space group's trivial irrep, even under the flip); its full-sum energy
+    equals the dense <psi_P|H|psi_P> / <psi_P|psi_P> of psi_P(s) = sum_g sum_f parity^f psi(f g s)
+    built here from the unprojected log psi. Another model key is still refused."""
     import numpy as np
 
     import runner
@@ -136,8 +136,8 @@ def test_the_symmetry_projection_of_the_trained_parameters_is_evaluated_exactly(
 
     run_dir = tmp_path / "run"
     run_cli([*RUN, "model=rbm_symm", "n_iter=10", f"hydra.run.dir={run_dir}"], REPO, check=True)
-    result = evaluated(run_dir, ["sampler=full_sum", "model.symmetries=lattice", "model.parity=1"])
-    assert result["projection"] == {"model.symmetries": ["none", "lattice"], "model.parity": [None, 1]}
+    result = evaluated(run_dir, ["sampler=full_sum", "model.sector={momentum:[0],irrep:\"A'\",parity:1}"])
+    assert result["projection"] == {"model.sector": [None, {"momentum": [0], "irrep": "A'", "parity": 1}]}
     assert result["burn_in_sweeps"] == 0  # a full sum has no chains
 
     trained = runner.load(run_dir)

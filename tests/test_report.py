@@ -10,16 +10,22 @@ import time
 import pytest
 
 from runner import report
+from runner.outputs import sweep_plots, sweep_table
 from tests.conftest import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "n_iter=6"]
 
 
-def fake_run(path, overrides, summary=None, energies=(), age_s=0.0):
-    """A run directory as the runner writes it: .hydra/overrides.yaml, metrics.jsonl, summary.json."""
+def fake_run(path, overrides, summary=None, energies=(), age_s=0.0, total_sz=None, files=None):
+    """A run directory as the runner writes it: .hydra/overrides.yaml and config.yaml (with
+    hilbert.total_sz), metrics.jsonl, summary.json, and `files` ({name: JSON object}:
+    correlations.json, spectrum.json)."""
     (path / ".hydra").mkdir(parents=True)
     (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (path / ".hydra" / "config.yaml").write_text("n_iter: 10\nseed: 0\n")
+    sz = "null" if total_sz is None else total_sz
+    (path / ".hydra" / "config.yaml").write_text(f"n_iter: 10\nseed: 0\nhilbert:\n  total_sz: {sz}\n")
+    for name, content in (files or {}).items():
+        (path / name).write_text(json.dumps(content))
     if energies:
         lines = [json.dumps({"step": i, "energy": e, "energy_error": 0.01}) for i, e in enumerate(energies)]
         (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
@@ -124,7 +130,7 @@ def test_warnings_column_and_runs_that_did_not_complete_are_marked(tmp_path, cap
                                             "n_iter": 10, "steps_done": 2}, energies=[-9.0, -9.1])
     rows = report.report(tmp_path, plots=False)
     out = capsys.readouterr().out
-    header, cells = report.table(rows, ["x"])
+    header, cells = sweep_table.table(rows, ["x"])
     assert header[-1] == "warnings"
     assert [c[1] for c in cells] == ["completed", "completed", "failed !", "preempted !"]
     assert [c[-1] for c in cells] == ["-", "r_hat,relative_error", "-", "-"]
@@ -142,10 +148,31 @@ def test_plots_have_error_bars(tmp_path):
         fake_run(tmp_path / f"{i}_a={alpha}", [f"a={alpha}"], completed(-10.0 + 0.1 / alpha),
                  energies=[-9.0, -9.5, -9.9])
     rows = sorted(report.collect(tmp_path), key=report._sort_key)
-    sweep_fig = report.plot_sweep(rows, "a", tmp_path / "report.png")
+    sweep_fig = sweep_plots.plot_sweep(rows, "a", tmp_path / "report.png")
     (ax,) = sweep_fig.axes
     assert ax.get_yscale() == "log" and len(ax.containers) == 1  # relative error with error bars
-    conv_fig = report.plot_convergence(rows, ["a"], tmp_path / "convergence.png")
+    conv_fig = sweep_plots.plot_convergence(rows, ["a"], tmp_path / "convergence.png")
     energy_ax, rel_ax = conv_fig.axes
     assert len(energy_ax.collections) == 2  # one error band per run
     assert len(rel_ax.containers) == 2  # relative error with error bars per run
+
+
+@pytest.mark.slow
+def test_report_of_a_real_sweep_over_sectors(tmp_path, capsys):
+    """Heisenberg chain L=6, S^z=0: the singlet ground state (k=0, P=+1) and the lowest triplet
+    level there (k=pi, P=-1); their gap against the exact one of spectrum.json."""
+    sectors = "{momentum:[0],irrep:\"A'\",parity:1},{momentum:[3],irrep:\"A'\",parity:-1}"
+    run_cli(["-m", "hilbert=chain", "hilbert.L=6", "hamiltonian=heisenberg", "hilbert.total_sz=0",
+             "sampler=metropolis_exchange", "model=gcnn", "model.features=[4]", "n_iter=20", "sampler.n_samples=256",
+             "sampler.n_chains=8", "final_rounds=1", "exact=true", f"model.sector={sectors}",
+             f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
+    rows = report.report(tmp_path)
+    assert [r["sector"] for r in rows] == ["k=(0) A' P=+1", "k=(3) A' P=-1"]
+    with (tmp_path / "gaps.csv").open() as f:
+        low, triplet = csv.DictReader(f)
+    spectrum = json.loads((rows[0]["path"] / "spectrum.json").read_text())["levels"]
+    exact_gap = spectrum["k=(3) A' P=-1"][0] - spectrum["k=(0) A' P=+1"][0]
+    assert float(triplet["exact_gap"]) == pytest.approx(exact_gap, abs=1e-9)
+    assert abs(float(triplet["gap"]) - exact_gap) < 5 * float(triplet["gap_error"]) + 1e-3 * exact_gap
+    assert (tmp_path / "sector_spectrum.png").is_file()
+    assert "gaps above the lowest run (0: k=(0) A' P=+1, total_sz 0)" in capsys.readouterr().out

@@ -11,21 +11,23 @@ import jax
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner.config import fingerprint, schedules
+from runner.config import fingerprint, schedules, task
 from runner.core import precond
 from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.problem import Problem
 from runner.core.sampler import training_power
 from runner.core.vmc import schedule_counts
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
-from runner.physics import pauli
+from runner.physics import exact, pauli, spectrum, symmetry
 from runner.physics.hilbert import Hilbert
 from runner.physics.pauli import Hamiltonian
+
+log = logging.getLogger(__name__)
 
 GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditioner", "dtype", "parallel")
 # Every other top-level key the composed config may hold (read by the runner, the observables,
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
-TOP_LEVEL = ("observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
+TOP_LEVEL = ("task", "observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
              "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
              "reject_jump", "peak_search")
 DTYPES = {
@@ -57,6 +59,7 @@ class Settings:
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
     init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
+    task: Any = None  # runner.config.task.Dynamics of a time evolution; None: a ground-state run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Experiment:
     x64: bool
     parallel: dict
     observables: Any = None  # runner.physics.observables.Observables, or None (observables=none)
+    sector: Any = None  # runner.physics.symmetry.Sector the model projects onto (`auto` resolved), or None
 
 
 # Constructor arguments the runner passes itself (`instantiate`'s runtime keywords), and where from.
@@ -151,8 +155,11 @@ def read_settings(config: dict) -> Settings:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
     peak_search = require_int("peak_search", config.get("peak_search"), minimum=0)
+    dynamics = task.read(config.get("task"))
+    if dynamics is not None and dynamics.initial_state == "init_from" and config.get("init_from") is None:
+        raise ConfigError("task.initial_state", "is init_from, which needs init_from=RUN_DIR (a run whose state to evolve)")
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
-                    fingerprint.of(fingerprint.fingerprinted(config, None)), None)
+                    fingerprint.of(fingerprint.fingerprinted(config, None)), None, dynamics)
 
 
 def _check_chunk(chunk_size, sampler):
@@ -170,8 +177,6 @@ def _check_chunk(chunk_size, sampler):
 def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
     """Refuses the exchange sampler for an H that does not conserve Sz and `exact: true`
     beyond the available memory."""
-    from runner.physics import exact, pauli
-
     if str(config["sampler"].get("_target_", "")).endswith("metropolis_exchange") and not pauli.conserves_sz(hamiltonian):
         raise ConfigError(
             "sampler", "metropolis_exchange conserves Sz, which this Hamiltonian does not; use sampler=metropolis_local or sampler=exact"
@@ -254,6 +259,33 @@ def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
     return {"hilbert": hilbert} if target and "hilbert" in _accepted_keys(_import(target)) else {}
 
 
+def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamiltonian):
+    """The model's `sector` as a `runner.physics.symmetry.Sector`, or None (null, or a model without
+    the key). `auto` is the exact ground state's sector where the run's exact solver runs (the
+    trivial sector, with one warning, where a 2-D irrep holds it), else the trivial sector: k = 0,
+    the fully symmetric irrep, no parity."""
+    target = node.get("_target_")
+    if "sector" not in node or not target or "sector" not in _accepted_keys(_import(target)):
+        return None
+    group = symmetry.space_group(hilbert)
+    sector = symmetry.parse_sector(node["sector"], hilbert, "model.sector", group)
+    if sector != "auto":
+        return sector
+    trivial = symmetry.trivial_sector(hilbert, group)
+    if not exact.wants_exact(settings.exact, hilbert):
+        return trivial
+    try:
+        ground, _ = spectrum.ground_sector(hamiltonian, hilbert)
+    except ValueError as err:
+        raise ConfigError("model.sector", f"auto needs the exact ground state's sector, and {err}; set the sector "
+                                          "or null") from None
+    if ground is None:
+        log.warning("model.sector: auto found the exact ground state in a two-dimensional irrep, which no sector "
+                    "projects onto; using the trivial sector %s", trivial.name)
+        return trivial
+    return ground
+
+
 def build(config: dict) -> Experiment:
     """Validates the whole config and builds the experiment. Touches no device and reads no other
     run's files (a warm start is resolved by the run: `runner.lifecycle.warm_start.resolve`).
@@ -278,7 +310,9 @@ def build(config: dict) -> Experiment:
     hilbert = instantiate("hilbert", config["hilbert"])
     hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
     _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
-    model = instantiate("model", config["model"], param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
+    sector = _sector(config["model"], settings, hilbert, hamiltonian)
+    model_cfg = config["model"] if sector is None else {**config["model"], "sector": sector}
+    model = instantiate("model", model_cfg, param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
     _warn_on_signs(model, hilbert, hamiltonian, dtype_name)
     sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
@@ -308,4 +342,5 @@ def build(config: dict) -> Experiment:
     if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):
         raise ConfigError("preconditioner.momentum", "must be 0 with sampler.machine_pow other than 2 (SPRING "
                                                      "assumes equally weighted samples)")
-    return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed)
+    return Experiment(settings, hilbert, hamiltonian, problem, dtype_name, x64, dict(config["parallel"]), observed,
+                      sector)

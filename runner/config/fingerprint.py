@@ -3,6 +3,7 @@
 import hashlib
 import json
 
+from runner.config import task
 from runner.errors import ConfigError
 
 # Top-level keys and groups that never change the numbers of a run: its length, when it
@@ -13,10 +14,26 @@ EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger
 # Keys (or whole groups) that change a finished run's summary but not its trajectory or
 # checkpoints: resuming ignores them, returning a completed run's summary does not. Observables
 # are measured on the samples a step draws anyway and never feed back into the parameters; the
-# peak search looks at the final parameters only.
-RESUME_IGNORES = ("final_rounds", "observables", "peak_search")
-# Keys the runner no longer has, with the value under which a stored run did what today's code does.
-RETIRED = {"peak_restart_every": 0}
+# peak search looks at the final parameters only. A time evolution continues to a later t_end
+# through the same saved times.
+RESUME_IGNORES = ("final_rounds", "observables", "peak_search", "task.t_end")
+# Keys the runner no longer has (top-level, or `group.key`), with the value under which a stored run
+# did what today's code does.
+RETIRED = {"peak_restart_every": 0, "model.symmetries": "none", "model.parity": None, "model.momentum": None}
+_PROJECTION = ("model.symmetries", "model.parity", "model.momentum")
+# Retired group keys of some constructors only (`_target_` by its last name): another may have a key of that name.
+RETIRED_OWNERS = {key: ("RBMSymm", "CNN", "ViT") for key in _PROJECTION}
+# What replaced a retired key, said when a stored run holds it at another value.
+RETIRED_BY = {key: "model.sector replaces model.symmetries, parity and momentum" for key in _PROJECTION}
+
+
+def _retired(key: str, flat: dict) -> bool:
+    """Whether `key` of the flattened config `flat` is a retired key (`RETIRED`, `RETIRED_OWNERS`)."""
+    if key not in RETIRED:
+        return False
+    owners = RETIRED_OWNERS.get(key)
+    target = flat.get(key.rpartition(".")[0] + "._target_")
+    return owners is None or (isinstance(target, str) and target.rsplit(".", 1)[-1] in owners)
 
 
 def without_retired(config: dict) -> dict:
@@ -26,10 +43,20 @@ def without_retired(config: dict) -> dict:
     Raises:
         ConfigError: a retired key at another value (today's code cannot redo that run).
     """
-    for key, neutral in RETIRED.items():
-        if key in config and _canonical(config[key]) != neutral:
-            raise ConfigError(key, f"is {show(config[key])} in that run, an option this version no longer has")
-    return {k: v for k, v in config.items() if k not in RETIRED}
+    flat = of(config, exclude=())
+    out = dict(config)
+    for key in RETIRED:
+        if key not in flat or not _retired(key, flat):
+            continue
+        if _canonical(flat[key]) != RETIRED[key]:
+            instead = f" ({RETIRED_BY[key]})" if key in RETIRED_BY else ""
+            raise ConfigError(key, f"is {show(flat[key])} in that run, an option this version no longer has{instead}")
+        group, _, name = key.rpartition(".")
+        if group:
+            out[group] = {k: v for k, v in out[group].items() if k != name}
+        else:
+            out.pop(key)
+    return out
 
 
 def _ignored(key: str, ignore) -> bool:
@@ -46,7 +73,8 @@ def of(config: dict, exclude=EXCLUDED) -> dict:
 
     Returns:
         {"group.key": value} for every key that changes the numbers, nested dicts flattened
-        with dots, lists kept as values, in the config's order.
+        with dots, lists kept as values, in the config's order. The default task (ground_state)
+        is left out: a ground-state run keeps the fingerprint it had before tasks existed.
     """
     flat = {}
 
@@ -58,7 +86,7 @@ def of(config: dict, exclude=EXCLUDED) -> dict:
             else:
                 flat[name] = value
 
-    walk("", {k: v for k, v in config.items() if k not in exclude})
+    walk("", {k: v for k, v in config.items() if k not in exclude and not (k == "task" and task.is_default(v))})
     return _without_module_paths(flat)
 
 
@@ -71,8 +99,8 @@ def _without_module_paths(flat: dict) -> dict:
 
 def _comparable(flat: dict) -> dict:
     """A flattened fingerprint as compared: no module paths, no retired key at its neutral value."""
-    return {k: v for k, v in _without_module_paths(flat).items()
-            if not (k in RETIRED and _canonical(v) == RETIRED[k])}
+    flat = _without_module_paths(flat)
+    return {k: v for k, v in flat.items() if not (_retired(k, flat) and _canonical(v) == RETIRED[k])}
 
 
 def _canonical(value):
@@ -93,9 +121,10 @@ def digest(flat: dict) -> str:
 
 
 def same(stored_record, flat: dict) -> bool:
-    """Whether a stored fingerprint record holds exactly this config (any key differing, or missing)."""
+    """Whether a stored fingerprint record holds this config: no key differs (`first_difference`:
+    a key added later and null here, or a retired one at its neutral value, is no difference)."""
     return isinstance(stored_record, dict) and isinstance(stored_record.get("config"), dict) and (
-        digest(stored_record["config"]) == digest(flat))
+        first_difference(stored_record["config"], flat) is None)
 
 
 def record(flat: dict) -> dict:

@@ -77,12 +77,9 @@ def local_values_one(obs: Observables, logpsi_fn, params, sigma_N, ratio_fn=None
         _, mel_K, diag = local_energy.connected(op, sigma_N)
         value = diag if diag_fn is None else diag_fn(sigma_N)
         if len(index):
-            keep_K = mel_K != 0
-            if mask_K is not None:
-                keep_K = keep_K & mask_K[index]
-            terms_K = mel_K * ratio_K[index]
-            # a zero element never multiplies its ratio (which may overflow)
-            value = value + jnp.sum(jnp.where(keep_K, terms_K, jnp.zeros_like(terms_K)))
+            if mask_K is not None:  # a move out of the Sz sector has no element
+                mel_K = jnp.where(mask_K[index], mel_K, jnp.zeros_like(mel_K))
+            value = local_energy.sum_elements(value, mel_K, ratio_K[index])
         values.append(jnp.real(value).astype(real))
     values_M = jnp.stack(values) if values else jnp.zeros((0,), real)
     cos_QxN, sin_QxN = phases(obs)

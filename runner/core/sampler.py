@@ -280,12 +280,18 @@ def chain_keys(seed: int, n_chains: int):
 
 
 def random_state(hilbert: Hilbert, key):
-    """A uniformly random configuration [N] (int8) of the (constrained) space."""
+    """A uniformly random configuration [N] (int8) of the (constrained) space (with copies, total_sz
+    in each)."""
     n = hilbert.n_sites
     if hilbert.total_sz is None:
         return jnp.where(jax.random.bernoulli(key, 0.5, (n,)), 1, -1).astype(jnp.int8)
-    up = jnp.arange(n) < hilbert.n_up
-    return jnp.where(jax.random.permutation(key, up), 1, -1).astype(jnp.int8)
+    if hilbert.copies == 1:
+        up = jnp.arange(n) < hilbert.n_up
+        return jnp.where(jax.random.permutation(key, up), 1, -1).astype(jnp.int8)
+    width = n // hilbert.copies  # total_sz in each copy: each copy's spins permuted on their own
+    up_KxW = jnp.broadcast_to(jnp.arange(width) < hilbert.n_up, (hilbert.copies, width))
+    mixed = jax.vmap(jax.random.permutation)(jax.random.split(key, hilbert.copies), up_KxW)
+    return jnp.where(mixed.reshape(n), 1, -1).astype(jnp.int8)
 
 
 def init_chains(sampler, seed: int) -> ChainState:

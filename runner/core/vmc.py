@@ -169,7 +169,7 @@ def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
         if not (abs_off <= tol and O_off <= tol):
             return (f"{sampler.symmetry} needs a model invariant under the group, and this one is not (|psi| or "
                     f"its derivatives change on symmetry images by up to {max(float(abs_off), float(O_off)):.1e}); "
-                    f"use rbm_symm with that group, a model with symmetries={sampler.symmetry}, or "
+                    "use rbm_symm with that group, a model with a model.sector (at k = 0 for lattice), or "
                     "sampler.symmetry=none")
     return None
 

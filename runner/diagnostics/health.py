@@ -2,6 +2,10 @@
 
 import statistics
 
+from runner.core.full_sum import FullSumSampler
+from runner.core.sampler import ExactSampler
+from runner.diagnostics import sectors
+
 ACCEPTANCE_LOW = 0.02  # Metropolis chains that (almost) never move: samples are not independent
 ACCEPTANCE_HIGH = 0.98  # proposals (almost) always accepted: a flat or broken amplitude
 R_HAT_MAX = 1.1  # Gelman-Rubin split-chain statistic above which chains disagree
@@ -11,6 +15,7 @@ VARIANCE_RISE_LATE = 10.0  # median of the last eighth against the eighth before
 V_SCORE_FLOOR = 1e-4  # variances below N * var / E^2 = this count as converged (noise, not growth)
 RELATIVE_ERROR_MAX = 1e-1
 ESS_LOW = 0.1  # effective sample fraction of importance-weighted training samples (sampler.machine_pow)
+COLLAPSE_STEPS = 20  # training stops when each of this many consecutive steps shows the same collapse
 
 
 def _last(records, key):
@@ -23,6 +28,59 @@ def _last(records, key):
 def _final(summary, records, key):
     value = summary.get(key)
     return value if value is not None else _last(records, key)
+
+
+def metropolis(sampler) -> bool:
+    """Whether `sampler` is a Metropolis sampler (the acceptance checks apply)."""
+    return not isinstance(sampler, (ExactSampler, FullSumSampler))
+
+
+def _variance_floor(energy, n_sites) -> float:
+    """Variances below the V-score floor count as converged (noise, not growth)."""
+    return V_SCORE_FLOOR * energy**2 / n_sites if energy and n_sites else 0.0
+
+
+def _fell(first: dict, last: dict) -> bool:
+    """Whether the energy went down from `first` to `last` by more than two combined error bars
+    (a run leaving the near-eigenstate it started in has a rising variance and a falling energy)."""
+    e0, e1 = first.get("energy"), last.get("energy")
+    if e0 is None or e1 is None:
+        return False
+    bar = ((first.get("energy_error") or 0.0) ** 2 + (last.get("energy_error") or 0.0) ** 2) ** 0.5
+    return e1 < e0 - 2 * bar
+
+
+def check_collapse(records: list[dict], n_sites: int, metropolis: bool) -> str | None:
+    """Why training should stop now, or None: over the last COLLAPSE_STEPS steps the chains were
+    frozen apart (the Metropolis acceptance below ACCEPTANCE_LOW on every step, and the split
+    R-hat above R_HAT_MAX or not finite on at least half of them: a sharply peaked state whose
+    chains agree, e.g. an ordered phase, is not stopped), or the variance stayed above
+    VARIANCE_RISE x its minimum over the steps before them (floored as in `check_variance`) while
+    the energy did not go down (`_fell`).
+
+    Args:
+        records: metrics.jsonl's records so far, the newest last.
+        n_sites: the lattice's sites (for the variance floor).
+        metropolis: the sampler is a Metropolis sampler (the acceptance criterion applies).
+    """
+    window, before = records[-COLLAPSE_STEPS:], records[:-COLLAPSE_STEPS]
+    if len(window) < COLLAPSE_STEPS:
+        return None
+    acceptance = [r.get("acceptance") for r in window]
+    apart = sum(r.get("r_hat") is None or r["r_hat"] > R_HAT_MAX for r in window)
+    if metropolis and all(a is not None and a < ACCEPTANCE_LOW for a in acceptance) and 2 * apart >= len(window):
+        return (f"collapsed: the Metropolis acceptance stayed below {ACCEPTANCE_LOW} for {COLLAPSE_STEPS} steps "
+                f"(steps {window[0]['step']} to {window[-1]['step']}, last {acceptance[-1]:.3g}) and the split R-hat "
+                f"was above {R_HAT_MAX} on {apart} of them: the chains are frozen apart")
+    variances = [r.get("variance") for r in window]
+    lowest = min((r["variance"] for r in before if r.get("variance") is not None), default=None)
+    if lowest is None or any(v is None for v in variances):
+        return None
+    bound = VARIANCE_RISE * max(lowest, _variance_floor(window[-1].get("energy"), n_sites))
+    if all(v > bound for v in variances) and not _fell(window[0], window[-1]):
+        return (f"collapsed: the variance stayed above {VARIANCE_RISE:g}x its earlier minimum ({lowest:.3e}) for "
+                f"{COLLAPSE_STEPS} steps (steps {window[0]['step']} to {window[-1]['step']}, last {variances[-1]:.3e})")
+    return None
 
 
 def check_acceptance(acceptance, metropolis: bool):
@@ -66,7 +124,7 @@ def check_variance(final_variance, variances: list[float], energy, n_sites):
     variances = [v for v in variances if v is not None]
     if final_variance is None or not variances:
         return None
-    floor = V_SCORE_FLOOR * energy**2 / n_sites if energy and n_sites else 0.0
+    floor = _variance_floor(energy, n_sites)
     lowest = min(variances)
     if final_variance > VARIANCE_RISE * max(lowest, floor):
         return ("variance_exploding", f"final variance {final_variance:.3e} is more than "
@@ -172,5 +230,6 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
         check_ess([r.get("ess_fraction") for r in records]),
         check_rejections(records),
         check_peaks(summary.get("peak_check")),
+        sectors.check(summary),
     ]
     return [{"name": name, "message": message} for name, message in filter(None, found)]

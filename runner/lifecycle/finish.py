@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,40 +29,64 @@ from runner.outputs.plot import plot_energy
 from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
 from runner.physics import observables
-from runner.physics.exact import ground_energy, wants_exact
+from runner.physics.exact import ground_state, wants_exact
 
 log = logging.getLogger(__name__)
 
 EXACT_KEYS = ("hilbert.", "hamiltonian.")  # the config the exact ground energy depends on
+EXACT_FIELDS = ("exact_observables",)  # summary fields of the exact ground state's observables
+
+
+class Exact(NamedTuple):
+    """The exact ground state's numbers a run reports: its energy, and with observables their
+    values in the ground vector (`runner.physics.observables.exact_values`: summary fields,
+    correlations.json fields); None where not computed."""
+
+    energy: float | None = None
+    observed: tuple | None = None
 
 
 def exact_energy(experiment, sweep_dir: Path | None) -> float | None:
-    """The exact ground energy when the `exact` knob asks for it, else None.
+    """The exact ground energy when the `exact` knob asks for it, else None (`exact_ground`)."""
+    return exact_ground(experiment, sweep_dir).energy
 
-    Computed on process 0 only and broadcast to the others. In a sweep (`sweep_dir`), process 0
-    first looks in SWEEP_DIR/.exact_cache for the energy of the same lattice and Hamiltonian
-    (computed by an earlier point) and stores what it computes there.
+
+def exact_ground(experiment, sweep_dir: Path | None) -> Exact:
+    """The exact ground energy, and the observables in the ground vector of the same Lanczos run
+    when the run measures observables, when the `exact` knob asks for them.
+
+    Computed on process 0 only; the energy is broadcast to the others. In a sweep (`sweep_dir`),
+    process 0 first looks in SWEEP_DIR/.exact_cache for the values of the same lattice and
+    Hamiltonian (and observables) computed by an earlier point, and stores what it computes there.
     """
-    settings = experiment.settings
+    settings, obs = experiment.settings, experiment.observables
     if not wants_exact(settings.exact, experiment.hilbert):
-        return None
-    energy = 0.0
+        return Exact()
+    energy, observed = 0.0, None
     if distributed.is_main():
-        key = {k: v for k, v in settings.fingerprint.items() if k.startswith(EXACT_KEYS)}
+        prefixes = EXACT_KEYS + (("observables.",) if obs is not None else ())
+        key = {k: v for k, v in settings.fingerprint.items() if k.startswith(prefixes)}
         cache = sweep_dir / rundir.EXACT_CACHE if sweep_dir is not None else None
         cached = sweep_cache.read(cache, key) if cache is not None else None
-        if isinstance(cached, (int, float)):
+        if obs is None and isinstance(cached, (int, float)):
             energy = float(cached)
-            log.info("exact ground energy %.10f (from the sweep cache %s)", energy, sweep_cache.path(cache, key))
+        elif obs is not None and isinstance(cached, dict) and "energy" in cached:
+            energy, observed = float(cached["energy"]), (cached["summary"], cached["correlations"])
         else:
+            cached = None
             t = time.perf_counter()
-            energy = ground_energy(experiment.hamiltonian, experiment.hilbert)
+            energy, psi_D = ground_state(experiment.hamiltonian, experiment.hilbert, vector=obs is not None)
+            if obs is not None:
+                observed = observables.exact_values(obs, experiment.hilbert, psi_D)
             log.info("exact ground energy %.10f (computed in %.1f s)", energy, time.perf_counter() - t)
             if cache is not None:
-                sweep_cache.write(cache, key, energy)
+                sweep_cache.write(cache, key, energy if obs is None else
+                                  {"energy": energy, "summary": observed[0], "correlations": observed[1]})
+        if cached is not None:
+            log.info("exact ground energy %.10f (from the sweep cache %s)", energy, sweep_cache.path(cache, key))
     if distributed.process_count() > 1:
         energy = distributed.broadcast_float(energy)
-    return energy
+    return Exact(energy, observed)
 
 
 def compile_final_estimate(experiment, state, shardings, layout, sweeps: int):
@@ -142,12 +167,13 @@ def peak_check(problem, settings, state, final: dict) -> dict | None:
     return result
 
 
-def conclude(experiment, layout, training: Training, shardings, run_dir: Path):
+def conclude(experiment, layout, training: Training, shardings, run_dir: Path, exact: Exact = Exact()):
     """After a completed training: the last checkpoint, the final estimate and the peak check.
 
     Returns:
-        (final energy metrics, with observables (summary fields, correlations.json) or None,
-        peak check); ({}, None, None) for a run that did not complete.
+        (final energy metrics, with observables (summary fields, correlations.json; with
+        `exact.observed` its fields too) or None, peak check); ({}, None, None) for a run that
+        did not complete.
     """
     if training.status != "completed":
         return {}, None, None
@@ -158,6 +184,8 @@ def conclude(experiment, layout, training: Training, shardings, run_dir: Path):
     for name, value in (observed[0]["observables"] if observed else {}).items():
         if value["mean"] is not None:
             log.info("%s: %.8f ± %.2e", name, value["mean"], float("nan") if value["error"] is None else value["error"])
+    if observed is not None and exact.observed is not None:  # on process 0 only
+        observed = ({**observed[0], **exact.observed[0]}, {**observed[1], **exact.observed[1]})
     return final, observed, peak_check(problem, settings, state, final)
 
 

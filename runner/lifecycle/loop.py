@@ -16,6 +16,7 @@ from runner.config import fingerprint
 from runner.core import observe
 from runner.core.problem import draw
 from runner.core.vmc import update_step
+from runner.diagnostics import health
 from runner.lifecycle import checkpoint, rundir
 from runner.lifecycle.preemption import StopRequest
 from runner.outputs.summary import finite
@@ -68,11 +69,13 @@ class Training(NamedTuple):
     draw: Callable | None = None  # the step's compiled sampling (`CompiledStep.draw`); None before compiling
 
 
-def save_checkpoint(run_dir: Path, state, settings, step: int):
-    """Checkpoints `state` after `step` steps (a collective: every process takes part; process 0 writes)."""
+def save_checkpoint(run_dir: Path, state, settings, step: int, **extra):
+    """Checkpoints `state` after `step` steps, `extra` added to its meta (a collective: every
+    process takes part; process 0 writes)."""
     host_state = mesh.to_host(state)
     if distributed.is_main():
-        meta = {"step": step, "seed": settings.seed, "config_fingerprint": fingerprint.record(settings.fingerprint)}
+        meta = {"step": step, **extra, "seed": settings.seed,
+                "config_fingerprint": fingerprint.record(settings.fingerprint)}
         checkpoint.save(run_dir / rundir.CHECKPOINT, host_state, meta)
 
 
@@ -128,8 +131,10 @@ def train(experiment, layout, state, shardings, start: int, *, run_dir: Path, me
     t = time.perf_counter()
     step_fn = compile_step(experiment, state, shardings, layout)
     compile_seconds = time.perf_counter() - t
+    collapsed = functools.partial(health.check_collapse, n_sites=experiment.hilbert.n_sites,
+                                  metropolis=health.metropolis(experiment.problem.sampler))
     state, status, reason, step_times = optimize(step_fn, state, start, experiment.settings, run_dir,
-                                                 metrics_log=metrics_log, stop=stop)
+                                                 metrics_log=metrics_log, stop=stop, collapsed=collapsed)
     return Training(state, status, reason, step_times, compile_seconds, step_fn.draw)
 
 
@@ -144,6 +149,15 @@ def _non_finite_reason(metrics, unusable, step) -> str:
         return f"energy is {float(metrics['energy'])} at step {step}"
     spread = ", ".join(f"{k} {float(metrics[k])}" for k in unusable)
     return f"energy is {float(metrics['energy']):.6g} with {spread} at step {step}"
+
+
+def _failure(metrics, unusable, step, collapsed, records) -> str | None:
+    """Why training stops at this step (its record the last of `records`): a non-finite estimate
+    (`_unusable`; not on a step reject_jump rejected: the next step measures the kept state), or a
+    collapse (`collapsed`); None to go on."""
+    if unusable and not records[-1].get("rejected"):
+        return _non_finite_reason(metrics, unusable, step)
+    return collapsed(records) if collapsed is not None else None
 
 
 def _record(step: int, metrics: dict, wall_time: float) -> dict:
@@ -171,11 +185,13 @@ def _show(bar, record: dict, reason: str | None, step: int, log_every: int):
                  record["energy_error"], record["variance"], record["acceptance"])
 
 
-def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log: MetricsLog, stop: StopRequest):
+def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log: MetricsLog, stop: StopRequest,
+             collapsed=None):
     """Steps from `start` to `n_iter`, logging metrics and checkpointing.
 
     Stops early on a non-finite energy, variance or error ("failed", the state of the last step is dropped;
-    not on a step that `reject_jump` rejected, whose parameters are dropped anyway)
+    not on a step that `reject_jump` rejected, whose parameters are dropped anyway), on a collapse
+    (`collapsed`: records -> reason or None, `runner.diagnostics.health.check_collapse`; "failed")
     or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
     the current step).
 
@@ -205,9 +221,9 @@ def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log
         record = _record(step, metrics, metrics_log.elapsed())
         unusable = _unusable(record)
         metrics_log.append(record)
-        # reject_jump undid a step whose estimate is unusable: the next step measures the kept state
-        if unusable and not record.get("rejected"):
-            status, reason = "failed", _non_finite_reason(metrics, unusable, step)
+        failure = _failure(metrics, unusable, step, collapsed, metrics_log.records)
+        if failure is not None:
+            status, reason = "failed", failure
             kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
                     else "no checkpoint was written (the run starts over when run again)")
             log.error("%s; stopping, %s", reason, kept)

@@ -4,6 +4,9 @@ is refused there.
     RUN_DIR/.hydra/            Hydra's record of the composition (`CONFIG`, `OVERRIDES`, `HYDRA_CONFIG`)
     RUN_DIR/<job name>.log     Hydra's job log, shared by every rank
     RUN_DIR/metrics.jsonl      one JSON object per step
+    RUN_DIR/trajectory.jsonl   task=dynamics: one JSON object per saved time
+    RUN_DIR/exact_trajectory.json  task=dynamics: the exact dynamics on the same times, when computed
+    RUN_DIR/dynamics.png       task=dynamics: every observable against t, with the exact curve
     RUN_DIR/summary.json       the result, or why there is none (a failed or stopped run's reason)
     RUN_DIR/correlations.json  with observables
     RUN_DIR/energy.png
@@ -27,14 +30,18 @@ OVERRIDES = f"{HYDRA}/overrides.yaml"  # the command line's overrides
 HYDRA_CONFIG = f"{HYDRA}/hydra.yaml"  # Hydra's own settings (a sweep job's number)
 JOB_LOG_SUFFIX = ".log"
 METRICS = "metrics.jsonl"
+TRAJECTORY = "trajectory.jsonl"  # task=dynamics: t, energy, obs/<name>, dt and the TDVP residual per saved time
+EXACT_TRAJECTORY = "exact_trajectory.json"  # task=dynamics: exact energy and observables on the saved times
+DYNAMICS_PLOT = "dynamics.png"
 SUMMARY = "summary.json"
 CORRELATIONS = "correlations.json"  # with observables: the <Z_i Z_j> matrix and S(q) on every momentum
+SPECTRUM = "spectrum.json"  # the exact levels by symmetry sector (runner.lifecycle.sector_check)
 ENERGY_PLOT = "energy.png"
 OBSERVABLES_PLOT = "observables.png"  # runner.report's, in the directory it reports on
 CHECKPOINT = "checkpoint"
 EVALUATION = "evaluation.json"
 EXACT_CACHE = ".exact_cache"  # under a sweep's directory
-ARTIFACTS = (SUMMARY, ENERGY_PLOT, OBSERVABLES_PLOT, CORRELATIONS)  # what the trackers keep a copy of
+ARTIFACTS = (SUMMARY, ENERGY_PLOT, OBSERVABLES_PLOT, CORRELATIONS, DYNAMICS_PLOT)  # what the trackers keep a copy of
 
 
 def completed_summary(run_dir: Path, settings) -> dict | None:
@@ -51,10 +58,17 @@ def completed_summary(run_dir: Path, settings) -> dict | None:
     except ValueError:  # cut short: not a finished run's
         return None
     stored = summary.get("config_fingerprint")
-    if (summary.get("status") == "completed" and summary.get("n_iter") == settings.n_iter
+    if (summary.get("status") == "completed" and _same_length(summary, settings)
             and fingerprint.same(stored, settings.fingerprint)):
         return summary
     return None
+
+
+def _same_length(summary: dict, settings) -> bool:
+    """Whether a summary's run went as far as this config asks: n_iter steps, or a time evolution to t_end."""
+    if settings.task is not None:
+        return summary.get("t_reached") == settings.task.t_end
+    return summary.get("n_iter") == settings.n_iter
 
 
 def resumable(run_dir: Path, settings) -> bool:

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from models.fast_paths import resolve
 from runner.core.full_sum import FullSumSampler
 from runner.parallel import distributed
+from runner.physics import exact
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,15 @@ def paths(model) -> str:
     return "the model's fast paths: " + ", ".join(names)
 
 
+def _how(experiment, model: dict) -> str:
+    """How `auto` chose the sector (`runner.config.build`), or nothing for a sector given as it is."""
+    if model["sector"] != "auto":
+        return ""
+    if exact.wants_exact(experiment.settings.exact, experiment.hilbert):
+        return " (auto: from the exact spectrum)"
+    return " (auto: the trivial sector, the exact solver being off)"
+
+
 def _sample_count(sampler) -> str:
     if isinstance(sampler, FullSumSampler):
         orbits = "" if sampler.symmetry == "none" else f" ({sampler.symmetry} orbits of {sampler.hilbert.n_states})"
@@ -44,7 +54,7 @@ def _sample_count(sampler) -> str:
 
 def log_header(experiment, layout, config: dict):
     """Logs what is about to run: lattice, Hamiltonian, model (its parameter count and evaluation
-    paths), sampler, optimizer, dtype, layout and steps.
+    paths, its symmetry sector with `auto` resolved), sampler, optimizer, dtype, layout and steps.
 
     Args:
         experiment: the run's `runner.config.build.Experiment`.
@@ -61,6 +71,7 @@ def log_header(experiment, layout, config: dict):
          f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states"),
         f"hamiltonian: {describe(config['hamiltonian'])}",
         f"model: {describe(config['model'])}: {n_params} parameters; {paths(experiment.problem.model)}",
+        *([] if experiment.sector is None else [f"sector: {experiment.sector.name}{_how(experiment, config['model'])}"]),
         f"sampler: {describe(config['sampler'])}: {_sample_count(sampler)}",
         f"optimizer: {describe(config['optimizer'])}; preconditioner: {describe(config['preconditioner'])}",
         (f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "

@@ -7,8 +7,6 @@ import statistics
 
 from runner.config import fingerprint
 from runner.core.estimate import final_burn_in
-from runner.core.full_sum import FullSumSampler
-from runner.core.sampler import ExactSampler
 from runner.diagnostics import health
 from runner.parallel import distributed
 
@@ -83,6 +81,7 @@ class Outcome:
     timings: Timings
     peak_check: dict | None = None  # runner.diagnostics.peaks.check_estimate's
     observed: dict | None = None  # with observables: their summary fields
+    sector: dict | None = None  # runner.lifecycle.sector_check.fields: the symmetry sectors' fields
 
 
 def _cg_maxiter(problem) -> int | None:
@@ -123,11 +122,12 @@ def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict
         "peak_check": outcome.peak_check,
         "final_burn_in": final_burn_in(problem.sampler) if completed else None,
         **(outcome.observed or {}),
+        **(outcome.sector or {}),
     }
     fingerprint.stamp(out, settings.fingerprint)
     # judged on completed runs only: a stopped run has no final estimate to judge
     out["warnings"] = health.check(out, records,
-                                   metropolis=not isinstance(problem.sampler, (ExactSampler, FullSumSampler)),
+                                   metropolis=health.metropolis(problem.sampler),
                                    cg_maxiter=_cg_maxiter(problem)) if completed else []
     return out
 

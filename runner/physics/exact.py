@@ -12,6 +12,7 @@ from runner.physics.hilbert import Hilbert, all_states, states_to_codes
 from runner.physics.pauli import PauliSum, conserves_sz, elements_np
 
 AUTO_MAX_STATES = 2**20
+VECTOR_TOL = 1e-10  # `ground_state`'s eigenvector: |H y - E y| below this times |E|
 # Peak memory per basis state: the diagonal, the Lanczos vectors and temporaries of H v
 # (complex, 16 bytes each) in the full space; a sector adds its codes and, per flip mask,
 # a source index, a target index and an element.
@@ -78,8 +79,9 @@ def _full_space_matvec(ham: PauliSum, n: int):
     return matvec
 
 
-def _sector_matvec(ham: PauliSum, hilbert: Hilbert):
-    """H v in an Sz sector: per flip mask, the source and target index and element."""
+def _sector_matvec(ham: PauliSum, hilbert: Hilbert, drop_outside: bool = False):
+    """H v in an Sz sector: per flip mask, the source and target index and element. Elements that
+    leave the sector raise, or are dropped with `drop_outside` (P H P, for observables)."""
     n = hilbert.n_sites
     states = all_states(hilbert)
     codes = states_to_codes(states)  # increasing
@@ -91,8 +93,10 @@ def _sector_matvec(ham: PauliSum, hilbert: Hilbert):
             source = np.nonzero(np.abs(mel_DxK[:, k]) > 0)[0]
             target = np.searchsorted(codes, codes[source] ^ mask)
             target = np.minimum(target, len(codes) - 1)
-            if not np.all(codes[target] == codes[source] ^ mask):
+            inside = codes[target] == codes[source] ^ mask
+            if not np.all(inside) and not drop_outside:
                 raise ValueError("the Hamiltonian leaves the Sz sector")
+            source, target = source[inside], target[inside]
             terms.append((source.astype(np.int32), target.astype(np.int32), mel_DxK[source, k]))
     del states
 
@@ -106,8 +110,9 @@ def _sector_matvec(ham: PauliSum, hilbert: Hilbert):
     return matvec
 
 
-def _matvec(hamiltonian: PauliSum, hilbert: Hilbert):
-    """H v for v indexed like `all_states(hilbert)` (binary order)."""
+def matvec_of(hamiltonian: PauliSum, hilbert: Hilbert):
+    """v -> H v for v indexed like `all_states(hilbert)` (binary order); H any Pauli sum (one that
+    conserves Sz in a sector)."""
     if hilbert.total_sz is None:
         return _full_space_matvec(hamiltonian, hilbert.n_sites)
     if not conserves_sz(hamiltonian):
@@ -115,38 +120,70 @@ def _matvec(hamiltonian: PauliSum, hilbert: Hilbert):
     return _sector_matvec(hamiltonian, hilbert)
 
 
+def expectation(op: PauliSum, hilbert: Hilbert, psi_D) -> float:
+    """<psi|O|psi> / <psi|psi> (real part) for any Pauli sum O and a state on `all_states(hilbert)`;
+    in an Sz sector the elements of O that leave it do not count (as in the sampled estimate)."""
+    psi_D = np.asarray(psi_D)
+    apply = _full_space_matvec(op, hilbert.n_sites) if hilbert.total_sz is None else \
+        _sector_matvec(op, hilbert, drop_outside=True)
+    return float(np.real(np.vdot(psi_D, apply(psi_D))) / np.vdot(psi_D, psi_D).real)
+
+
 def energy_of(hamiltonian: PauliSum, hilbert: Hilbert, psi_D) -> float:
     """<psi|H|psi> / <psi|psi> of a state given by its amplitudes on `all_states(hilbert)`:
     the exact variational energy, with no sampling noise."""
     psi_D = np.asarray(psi_D)
-    return float(np.real(np.vdot(psi_D, _matvec(hamiltonian, hilbert)(psi_D))) / np.vdot(psi_D, psi_D).real)
+    return float(np.real(np.vdot(psi_D, matvec_of(hamiltonian, hilbert)(psi_D))) / np.vdot(psi_D, psi_D).real)
 
 
 def ground_energy(hamiltonian: PauliSum, hilbert: Hilbert) -> float:
     """Lowest eigenvalue of H in the (Sz-constrained) space of `hilbert`."""
+    return ground_state(hamiltonian, hilbert, vector=False)[0]
+
+
+def ground_state(hamiltonian: PauliSum, hilbert: Hilbert, vector: bool = True):
+    """(lowest eigenvalue of H, its normalised eigenvector [D] complex128 or None) in the
+    (Sz-constrained) space of `hilbert`: dense up to 64 states, else `lanczos` from a fixed random
+    start, the vector (`vector`) by `ritz_vector` from the same run's coefficients.
+
+    With a degenerate lowest level the vector is one of its eigenvectors: the one the fixed
+    start leads to (Lanczos from one start vector sees one direction of a degenerate level).
+    """
     d = hilbert.n_states
-    matvec = _matvec(hamiltonian, hilbert)
+    matvec = matvec_of(hamiltonian, hilbert)
     dtype = np.float64 if hamiltonian.is_real else np.complex128
     if d <= 64:
         dense = np.stack([matvec(e) for e in np.eye(d, dtype=dtype)], axis=1)
-        return float(np.linalg.eigvalsh(dense)[0])
+        energy = float(np.linalg.eigvalsh(dense)[0])
+        return energy, np.linalg.eigh(dense)[1][:, 0].astype(np.complex128) if vector else None
     rng = np.random.default_rng(0)
     v0 = rng.standard_normal(d)
     if not hamiltonian.is_real:
         v0 = v0 + 1j * rng.standard_normal(d)
-    return lanczos_ground_energy(matvec, v0)
+    energy, alphas, betas = lanczos(matvec, v0, vector_tol=VECTOR_TOL if vector else None)
+    return energy, ritz_vector(matvec, v0, alphas, betas) if vector else None
 
 
 def lanczos_ground_energy(matvec, v0, tol=1e-13, max_iter=1000) -> float:
+    """Lowest eigenvalue of a Hermitian operator by plain Lanczos (`lanczos`)."""
+    return lanczos(matvec, v0, tol, max_iter)[0]
+
+
+def lanczos(matvec, v0, tol=1e-13, max_iter=1000, vector_tol=None):
     """Lowest eigenvalue of a Hermitian operator by plain Lanczos: three vectors, no restarts.
 
     Without reorthogonalisation Lanczos grows duplicate ("ghost") copies of converged
     eigenvalues, but never a spurious value below the lowest one, which converges
     monotonically from above; iteration stops when it changes by less than `tol` relative.
+    With `vector_tol` it goes on (the eigenvalue returned is the one it stopped at) until the
+    residual |H y - E y| of the eigenvector y `ritz_vector` builds is below vector_tol |E|.
+
+    Returns:
+        (lowest eigenvalue, alphas [m], betas [m - 1]): the tridiagonal matrix of the run.
     """
     v = v0 / np.linalg.norm(v0)
     v_prev = np.zeros_like(v)
-    alphas, betas, beta, energy = [], [], 0.0, np.inf
+    alphas, betas, beta, energy, found = [], [], 0.0, np.inf, None
     for _ in range(max_iter):
         w = matvec(v)
         w -= beta * v_prev
@@ -156,12 +193,37 @@ def lanczos_ground_energy(matvec, v0, tol=1e-13, max_iter=1000) -> float:
         lowest = float(eigh_tridiagonal(np.array(alphas), np.array(betas), eigvals_only=True,
                                         select="i", select_range=(0, 0))[0])
         beta = float(np.linalg.norm(w))
-        if abs(energy - lowest) <= tol * abs(lowest) or beta < 1e-12:
-            return lowest
+        if found is None and (abs(energy - lowest) <= tol * abs(lowest) or beta < 1e-12):
+            found = lowest
+        if found is not None and (vector_tol is None or beta < 1e-12
+                                  or beta * abs(_lowest_vector(alphas, betas)[-1]) <= vector_tol * abs(lowest)):
+            return found, np.array(alphas), np.array(betas)
         energy = lowest
         betas.append(beta)
         v_prev, v = v, w / beta
     raise RuntimeError(f"Lanczos did not converge in {max_iter} iterations")
+
+
+def _lowest_vector(alphas, betas) -> np.ndarray:
+    """The normalised lowest eigenvector [m] of the tridiagonal matrix (alphas, betas)."""
+    return eigh_tridiagonal(np.asarray(alphas), np.asarray(betas), select="i", select_range=(0, 0))[1][:, 0]
+
+
+def ritz_vector(matvec, v0, alphas, betas) -> np.ndarray:
+    """The normalised eigenvector of a `lanczos` run's lowest eigenvalue (complex128 [D]): the
+    recurrence run again from `v0` with the recorded coefficients (no Lanczos vector is stored),
+    summed with the weights of the tridiagonal matrix's lowest eigenvector."""
+    s_M = _lowest_vector(alphas, betas)
+    v = v0 / np.linalg.norm(v0)
+    v_prev = np.zeros_like(v)
+    psi = np.zeros(len(v), np.complex128)
+    for k in range(len(alphas)):
+        psi += s_M[k] * v
+        if k + 1 == len(alphas):
+            break
+        w = matvec(v) - (betas[k - 1] if k else 0.0) * v_prev - alphas[k] * v
+        v_prev, v = v, w / betas[k]
+    return psi / np.linalg.norm(psi)
 
 
 def wants_exact(setting, hilbert: Hilbert) -> bool:

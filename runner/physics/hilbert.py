@@ -1,12 +1,12 @@
 """Spin-1/2 Hilbert spaces on lattices: sites, bonds, sublattices and the Sz sector."""
 
-import itertools
 import math
 from typing import NamedTuple
 
 import numpy as np
 
 from runner.errors import ConfigError, require_bool, require_int
+from runner.physics import lattice
 
 
 class Hilbert(NamedTuple):
@@ -31,7 +31,9 @@ class Hilbert(NamedTuple):
         space_group: int32 [G, N], row g maps site i to its image under space-group element g:
             the point group (chain: the reflection; square: C4v; triangular, honeycomb, kagome:
             C6v) composed with every translation, as far as the finite lattice keeps them; row 0
-            the identity, rows 0..T-1 the translations (see `_space_group`). None: the identity.
+            the identity, rows 0..T-1 the translations (see `lattice.space_group`). None: the identity.
+        copies: the sites are this many copies of one space side by side (N / copies sites each,
+            `physics.replicas`), `total_sz` fixed in each copy; 1 for an ordinary space.
     """
 
     n_sites: int
@@ -46,25 +48,21 @@ class Hilbert(NamedTuple):
     momenta: np.ndarray
     next_bonds_issue: str | None = None
     space_group: np.ndarray | None = None
+    copies: int = 1
 
     @property
     def n_up(self) -> int | None:
-        """Number of up spins fixed by `total_sz`, or None."""
+        """Number of up spins fixed by `total_sz` (in each copy), or None."""
         if self.total_sz is None:
             return None
-        return int(round(self.n_sites / 2 + self.total_sz))
+        return int(round(self.n_sites // self.copies / 2 + self.total_sz))
 
     @property
     def n_states(self) -> int:
         """Dimension of the (constrained) Hilbert space."""
         if self.total_sz is None:
             return 2**self.n_sites
-        return math.comb(self.n_sites, self.n_up)
-
-
-def _unique_bonds(pairs):
-    out = sorted({(min(i, j), max(i, j)) for i, j in pairs if i != j})
-    return np.asarray(out, dtype=np.int32).reshape(-1, 2)
+        return math.comb(self.n_sites // self.copies, self.n_up) ** self.copies
 
 
 def _check_total_sz(n_sites, total_sz):
@@ -82,212 +80,10 @@ def _check_total_sz(n_sites, total_sz):
     return float(total_sz)
 
 
-def _bipartite_coloring(n_sites, bonds):
-    """Two-colours the bond graph, or returns None when it is not bipartite."""
-    color = -np.ones(n_sites, dtype=np.int32)
-    adjacency = [[] for _ in range(n_sites)]
-    for i, j in bonds:
-        adjacency[i].append(j)
-        adjacency[j].append(i)
-    for start in range(n_sites):
-        if color[start] >= 0:
-            continue
-        color[start] = 0
-        stack = [start]
-        while stack:
-            i = stack.pop()
-            for j in adjacency[i]:
-                if color[j] < 0:
-                    color[j] = 1 - color[i]
-                    stack.append(j)
-                elif color[j] == color[i]:
-                    return None
-    return color
-
-
-_S3 = math.sqrt(3.0) / 2
-# Primitive vectors (rows) and basis positions of each Bravais lattice.
-_GEOMETRY = {
-    "chain": (np.array([[1.0]]), np.array([[0.0]])),
-    "square": (np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.0, 0.0]])),
-    "triangular": (np.array([[1.0, 0.0], [0.5, _S3]]), np.array([[0.0, 0.0]])),
-    "honeycomb": (np.array([[1.0, 0.0], [0.5, _S3]]), np.array([[0.0, 0.0], [0.5, _S3 / 3]])),
-    "kagome": (np.array([[1.0, 0.0], [0.5, _S3]]), np.array([[0.0, 0.0], [0.5, 0.0], [0.25, _S3 / 2]])),
-}
-
-
-def _shell_offsets(vectors, basis):
-    """Per basis site b, the (b2, cell offset, shell) of its first two distance shells on the
-    infinite lattice, shell 0 = nearest."""
-    d = vectors.shape[0]
-    cells = list(itertools.product(range(-3, 4), repeat=d))
-    found = []
-    for b, rb in enumerate(basis):
-        for b2, rb2 in enumerate(basis):
-            for cell in cells:
-                dist = np.linalg.norm(np.asarray(cell) @ vectors + rb2 - rb)
-                if dist > 1e-9:
-                    found.append((round(dist, 9), b, b2, cell))
-    d1, d2 = sorted({f[0] for f in found})[:2]
-    offsets = [[] for _ in basis]
-    for dist, b, b2, cell in found:
-        if dist in (d1, d2):
-            offsets[b].append((b2, cell, 0 if dist == d1 else 1))
-    return offsets
-
-
-# Order of the rotations in each lattice's point group (C_n, with the n mirrors: C_nv).
-_ROTATION_ORDER = {"chain": 2, "square": 4, "triangular": 6, "honeycomb": 6, "kagome": 6}
-
-
-def _point_operations(kind):
-    """The linear parts [P, d, d] of the point group, identity first: rotations by 2 pi k / n,
-    then each composed with the mirror y -> -y (x -> -x for the chain)."""
-    if kind == "chain":
-        return np.array([[[1.0]], [[-1.0]]])
-    n = _ROTATION_ORDER[kind]
-    rotations = [np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]) for a in 2 * np.pi * np.arange(n) / n]
-    return np.array(rotations + [r @ np.diag([1.0, -1.0]) for r in rotations])
-
-
-def _site_of(points_MxD, vectors, basis, extents, pbc, tol=1e-6):
-    """The site index at each point [M] (wrapped onto the torus with pbc), -1 where none lies."""
-    inverse = np.linalg.inv(vectors)
-    frac_MxD = points_MxD @ inverse
-    found = -np.ones(len(points_MxD), np.int64)
-    for b, rb in enumerate(basis):
-        cell_MxD = np.round(frac_MxD - rb @ inverse)
-        miss = np.linalg.norm(points_MxD - cell_MxD @ vectors - rb, axis=-1)
-        extent = np.asarray(extents)
-        cell_MxD = cell_MxD.astype(np.int64)
-        if pbc:
-            cell_MxD %= extent
-        inside = (miss < tol) & np.all((cell_MxD >= 0) & (cell_MxD < extent), axis=-1)
-        flat = np.ravel_multi_index(tuple(np.clip(cell_MxD, 0, extent - 1).T), extents)
-        found = np.where(inside, flat * len(basis) + b, found)
-    return found
-
-
-def _keeps_pairs(perm_N, pairs):
-    """Whether the site permutation maps the set of pairs [B, 2] onto itself."""
-    moved = np.sort(perm_N[pairs], axis=-1)
-    return {tuple(p) for p in moved.tolist()} == {tuple(p) for p in np.sort(pairs, axis=-1).tolist()}
-
-
-def _space_group(kind, positions, translations, extents, pbc, bonds, next_bonds):
-    """The lattice's space group as site permutations [G, N], found from the geometry.
-
-    Each point operation g (a rotation or mirror of `_point_operations`) is tried as the maps
-    x -> g x + t: with pbc it must map the torus' periods onto periods (on an Lx != Ly square
-    the rotations by 90 degrees do not, leaving C2v); t runs over the differences that send site
-    0 onto a site, and the first t under which every site lands on a site (wrapped onto the
-    torus, matched within a tolerance) and that maps bonds onto bonds and next_bonds onto
-    next_bonds gives one element; composed with every translation it gives the rest of its
-    coset (open boundaries: no translations, only the operations that fix the cluster). Rows
-    that coincide as permutations (small tori) are kept once.
-
-    Returns:
-        int32 [G, N]: row 0 the identity, rows 0..T-1 `translations` in their order.
-    """
-    vectors, basis = _GEOMETRY[kind]
-    periods = np.asarray(extents)[:, None] * vectors
-    rows, seen = [], set()
-    for g in _point_operations(kind):
-        if pbc:
-            # g maps the torus onto itself only if it maps each period to an integer sum of periods.
-            coeffs = (periods @ g.T) @ np.linalg.inv(periods)
-            if not np.allclose(coeffs, np.round(coeffs), atol=1e-9):
-                continue
-        moved_NxD = positions @ g.T
-        for target in positions:
-            perm = _site_of(moved_NxD + (target - moved_NxD[0]), vectors, basis, extents, pbc)
-            if (np.all(perm >= 0) and len(set(perm.tolist())) == len(perm)
-                    and _keeps_pairs(perm, bonds) and _keeps_pairs(perm, next_bonds)):
-                break
-        else:
-            continue
-        for shift in translations:
-            row = tuple(shift[perm].tolist())  # g first, then the translation
-            if row not in seen:
-                seen.add(row)
-                rows.append(row)
-    return np.asarray(rows, np.int32)
-
-
-def _build_lattice(kind, extents, pbc, total_sz, size_keys):
-    """Sites, shells, translations and momenta of `kind` on `extents` unit cells.
-
-    Periodic images: a pair joined through several images within one shell is one bond.
-    A site that is its own nearest neighbour through the boundary is refused; a site that
-    is its own second neighbour, or a pair in both shells, leaves `next_bonds_issue` set.
-    """
-    vectors, basis = _GEOMETRY[kind]
-    nb, d = len(basis), vectors.shape[0]
-    extents = tuple(extents)
-    cells = list(itertools.product(*(range(e) for e in extents)))
-
-    def index(cell, b):
-        flat = 0
-        for c, e in zip(cell, extents):
-            flat = flat * e + c
-        return flat * nb + b
-
-    shells = (set(), set())
-    self_images = [None, None]
-    for cell in cells:
-        for b, offsets in enumerate(_shell_offsets(vectors, basis)):
-            i = index(cell, b)
-            for b2, delta, shell in offsets:
-                target = [c + o for c, o in zip(cell, delta)]
-                if pbc:
-                    target = [t % e for t, e in zip(target, extents)]
-                elif any(not 0 <= t < e for t, e in zip(target, extents)):
-                    continue
-                j = index(target, b2)
-                if j == i:
-                    axis = next(a for a, o in enumerate(delta) if o)
-                    self_images[shell] = self_images[shell] or (i, size_keys[axis])
-                else:
-                    shells[shell].add((min(i, j), max(i, j)))
-    if self_images[0]:
-        site, key = self_images[0]
-        raise ConfigError(
-            key, f"is too small with pbc=true: site {site} would be its own nearest neighbour through the boundary"
-        )
-    issue = None
-    if self_images[1]:
-        issue = f"site {self_images[1][0]} is its own next-nearest neighbour through the periodic boundary"
-    elif shells[0] & shells[1]:
-        pair = min(shells[0] & shells[1])
-        issue = f"the pair {pair} is both a nearest and a next-nearest neighbour through the periodic boundary"
-    positions = np.array([np.asarray(cell) @ vectors + rb for cell in cells for rb in basis]).reshape(-1, d)
-    n_sites = len(positions)
-    if pbc:
-        moves = cells
-    else:
-        moves = [tuple(0 for _ in extents)]
-    translations = np.array(
-        [[index([(c + m) % e for c, m, e in zip(cell, move, extents)], b) for cell in cells for b in range(nb)]
-         for move in moves],
-        np.int32,
-    )
-    reciprocal = 2 * np.pi * np.linalg.inv(vectors).T
-    momenta = np.array([(np.asarray(m) / np.asarray(extents)) @ reciprocal for m in cells]).reshape(-1, d)
-    bonds = _unique_bonds(shells[0])
-    return Hilbert(
-        n_sites=n_sites,
-        bonds=bonds,
-        next_bonds=_unique_bonds(shells[1]),
-        sublattice=_bipartite_coloring(n_sites, bonds),
-        total_sz=_check_total_sz(n_sites, total_sz),
-        shape=extents,
-        pbc=pbc,
-        positions=positions,
-        translations=translations,
-        momenta=momenta,
-        next_bonds_issue=issue,
-        space_group=_space_group(kind, positions, translations, extents, pbc, bonds, _unique_bonds(shells[1])),
-    )
+def _on_lattice(kind, extents, pbc, total_sz, size_keys) -> Hilbert:
+    """Spins on the sites of `lattice.build(kind, extents, pbc, size_keys)`."""
+    sites = lattice.build(kind, extents, pbc, size_keys)
+    return Hilbert(total_sz=_check_total_sz(sites.n_sites, total_sz), shape=tuple(extents), pbc=pbc, **sites._asdict())
 
 
 def chain(L: int, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
@@ -304,19 +100,19 @@ def chain(L: int, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
     require_bool("pbc", pbc)
     if pbc and L < 3:
         raise ConfigError("L", f"must be at least 3 with pbc=true (got {L})")
-    return _build_lattice("chain", (L,), pbc, total_sz, ("L",))
+    return _on_lattice("chain", (L,), pbc, total_sz, ("L",))
 
 
-def _planar(kind, L, Lx, Ly, pbc, total_sz, minimum=1):
+def _planar(kind, L, Lx, Ly, *, pbc, total_sz):
     Lx = L if Lx is None else Lx
     Ly = L if Ly is None else Ly
     if Lx is None or Ly is None:
         raise ConfigError("L", "must be set (or both Lx and Ly)")
     keys = ("L" if L is not None and Lx is L else "Lx", "L" if L is not None and Ly is L else "Ly")
-    require_int(keys[0], Lx, minimum=minimum)
-    require_int(keys[1], Ly, minimum=minimum)
+    require_int(keys[0], Lx, minimum=1)
+    require_int(keys[1], Ly, minimum=1)
     require_bool("pbc", pbc)
-    return _build_lattice(kind, (Lx, Ly), pbc, total_sz, keys)
+    return _on_lattice(kind, (Lx, Ly), pbc, total_sz, keys)
 
 
 _PLANAR_DOC = """An Lx x Ly {kind} lattice (Lx = Ly = L unless given), {geometry}.
@@ -337,19 +133,19 @@ _PLANAR_DOC = """An Lx x Ly {kind} lattice (Lx = Ly = L unless given), {geometry
 
 
 def square(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
-    return _planar("square", L, Lx, Ly, pbc, total_sz)
+    return _planar("square", L, Lx, Ly, pbc=pbc, total_sz=total_sz)
 
 
 def triangular(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
-    return _planar("triangular", L, Lx, Ly, pbc, total_sz)
+    return _planar("triangular", L, Lx, Ly, pbc=pbc, total_sz=total_sz)
 
 
 def honeycomb(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
-    return _planar("honeycomb", L, Lx, Ly, pbc, total_sz)
+    return _planar("honeycomb", L, Lx, Ly, pbc=pbc, total_sz=total_sz)
 
 
 def kagome(L=None, Lx=None, Ly=None, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
-    return _planar("kagome", L, Lx, Ly, pbc, total_sz)
+    return _planar("kagome", L, Lx, Ly, pbc=pbc, total_sz=total_sz)
 
 
 square.__doc__ = _PLANAR_DOC.format(kind="square", geometry="a1 = (1, 0), a2 = (0, 1); 4 and 4 neighbours")
@@ -399,8 +195,8 @@ def graph(
     """
     require_int("n_sites", n_sites, minimum=1)
     require_bool("pbc", pbc)
-    bonds = _unique_bonds(_pairs("edges", edges, n_sites))
-    next_bonds = _unique_bonds(_pairs("next_edges", next_edges or [], n_sites))
+    bonds = lattice.unique_bonds(_pairs("edges", edges, n_sites))
+    next_bonds = lattice.unique_bonds(_pairs("next_edges", next_edges or [], n_sites))
     if positions is None:
         coords = np.zeros((n_sites, 1))
     else:
@@ -412,7 +208,7 @@ def graph(
         n_sites=n_sites,
         bonds=bonds,
         next_bonds=next_bonds,
-        sublattice=_bipartite_coloring(n_sites, bonds),
+        sublattice=lattice.bipartite_coloring(n_sites, bonds),
         total_sz=_check_total_sz(n_sites, total_sz),
         shape=(n_sites,),
         pbc=pbc,
@@ -425,17 +221,22 @@ def graph(
 
 
 def all_states(hilbert: Hilbert) -> np.ndarray:
-    """Every basis state of the (constrained) space, int8 [n_states, N], in binary order.
+    """Every basis state of the (constrained) space, int8 [n_states, N], in binary order (with
+    copies, total_sz in each).
 
     Site 0 is the most significant bit; bit 1 means spin up (+1).
     """
     n = hilbert.n_sites
     codes = np.arange(2**n, dtype=np.int64)
     if hilbert.total_sz is not None:
-        ups = np.zeros_like(codes)
-        for k in range(n):
-            ups += (codes >> k) & 1
-        codes = codes[ups == hilbert.n_up]
+        width = n // hilbert.copies
+        keep = np.ones(len(codes), bool)
+        for copy in range(hilbert.copies):
+            ups = np.zeros_like(codes)
+            for k in range(copy * width, (copy + 1) * width):
+                ups += (codes >> k) & 1
+            keep &= ups == hilbert.n_up
+        codes = codes[keep]
     return codes_to_states(codes, n)
 
 

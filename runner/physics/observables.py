@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from runner.errors import ConfigError, require_int
-from runner.physics import hamiltonians, pauli
-from runner.physics.hilbert import Hilbert
+from runner.physics import exact, hamiltonians, pauli
+from runner.physics.hilbert import Hilbert, all_states
 from runner.physics.pauli import PauliSum
 
 SPIN_NAMES = ("magnetization_x", "magnetization_z", "mz2", "zz_nn", "xx_nn", "structure_factor_zz")
@@ -186,6 +186,35 @@ def pauli_terms(hilbert: Hilbert, name: str, terms) -> PauliSum:
     except ConfigError as err:
         # pauli's keys: "terms" or "terms[k].coeff"
         raise ConfigError(key + err.key[len("terms"):], err.message) from None
+
+
+def exact_values(obs: Observables, hilbert: Hilbert, psi_D) -> tuple[dict, dict]:
+    """The observables in a state given exactly, with no sampling: what a run writes beside its
+    estimates (`results`).
+
+    Args:
+        obs: the observable set.
+        hilbert: the space `psi_D` lives on (the run's, its Sz sector included).
+        psi_D: amplitudes on `all_states(hilbert)` in the basis the Hamiltonian is simulated in
+            (the ground vector of `runner.physics.exact.ground_state`).
+
+    Returns:
+        ({"exact_observables": {name: value}} for every reported name (`structure_factor_zz` the
+        largest exact S(q)), {"exact_zz": <Z_i Z_j> [N][N], "exact_structure_factor": S(q) on
+        every momentum, aligned with `momenta`}).
+    """
+    psi_D = np.asarray(psi_D)
+    p_D = np.abs(psi_D) ** 2 / np.sum(np.abs(psi_D) ** 2)
+    s_DxN = all_states(hilbert).astype(np.float64)
+    zz_NxN = s_DxN.T @ (p_D[:, None] * s_DxN)
+    angle_QxNxN = np.einsum("qd,nd->qn", obs.momenta_QxD, obs.positions_NxD)
+    # S(q) = 1/N sum_ij cos(q.(r_i - r_j)) <Z_i Z_j>
+    sq_Q = np.einsum("qij,ij->q", np.cos(angle_QxNxN[:, :, None] - angle_QxNxN[:, None, :]), zz_NxN) / obs.n_sites
+    values = {name: exact.expectation(op, hilbert, psi_D) for name, op in zip(obs.names, obs.simulated)}
+    if obs.structure_factor:
+        values[STRUCTURE_FACTOR] = float(np.max(sq_Q))
+    return ({"exact_observables": values},
+            {"exact_zz": zz_NxN.tolist(), "exact_structure_factor": [float(x) for x in sq_Q]})
 
 
 def keep_measured(record: dict) -> dict:

@@ -86,3 +86,68 @@ def test_bad_values_name_their_key(overrides, key):
     sentence = info.value.sentence()
     assert sentence.startswith(key), sentence
     assert "\n" not in sentence
+
+
+# --- model.sector: parsed and `auto` resolved before the model is built -----------------------
+
+KAGOME = ["hilbert=kagome", "hilbert.L=2", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
+          "model=cnn", "model.channels=2"]
+
+
+def test_auto_is_the_exact_ground_sector_where_the_exact_solver_runs():
+    """The 2 x 2 kagome Heisenberg ground state lies in k=(0,0) B1 P=+1 (docs/physics.md); the
+    fingerprint keeps `auto` as written."""
+    from runner.physics.symmetry import Sector
+
+    experiment = build(compose_config([*KAGOME, "model.sector=auto", "exact=auto"]))
+    assert experiment.sector == Sector((0, 0), "B1", 1, 0.0)
+    assert experiment.problem.model.sector.sector == experiment.sector
+    assert experiment.settings.fingerprint["model.sector"] == "auto"
+
+
+def test_auto_is_the_trivial_sector_without_the_exact_solver():
+    from runner.physics.symmetry import Sector
+
+    experiment = build(compose_config([*KAGOME, "model.sector=auto", "exact=false"]))
+    assert experiment.sector == Sector((0, 0), "A1", None, 0.0)
+    chain = build(compose_config(["model=rbm_symm", "model.sector=auto", "exact=false"]))
+    assert chain.sector == Sector((0,), "A'", None, None)
+
+
+def test_auto_falls_back_to_the_trivial_sector_with_a_warning_when_a_2d_irrep_holds_the_ground_state(
+        monkeypatch, caplog):
+    from runner.config import build as build_module
+    from runner.physics.symmetry import Sector
+
+    monkeypatch.setattr(build_module.spectrum, "ground_sector", lambda hamiltonian, hilbert: (None, -1.0))
+    with caplog.at_level("WARNING"):
+        experiment = build(compose_config([*KAGOME, "model.sector=auto", "exact=true"]))
+    assert experiment.sector == Sector((0, 0), "A1", None, 0.0)
+    lines = [r.getMessage() for r in caplog.records if "two-dimensional irrep" in r.getMessage()]
+    assert len(lines) == 1 and "k=(0,0) A1" in lines[0]
+
+
+def test_a_given_sector_and_null():
+    from runner.physics.symmetry import Sector
+
+    experiment = build(compose_config([*KAGOME, "model.sector={momentum:[0,0],irrep:B2,parity:-1}"]))
+    assert experiment.sector == Sector((0, 0), "B2", -1, 0.0)
+    assert experiment.settings.fingerprint["model.sector.irrep"] == "B2"
+    plain = build(compose_config(KAGOME))
+    assert plain.sector is None and plain.problem.model.sector is None
+
+
+@pytest.mark.parametrize("overrides, key, words", [
+    (["model.sector={momentum:[1,0],irrep:A1}"], "model.sector", "model=vit"),
+    (["model.sector={momentum:[0,0],irrep:E}"], "model.sector.irrep", "A1, A2, B1, B2"),
+    (["model.sector={momentum:[0,0,0],irrep:A1}"], "model.sector.momentum", "2 integers"),
+    (["model.sector={momentum:[0,0],irrep:A1,parity:1}", "hilbert.total_sz=1"], "model.sector.parity", "total_sz"),
+    (["model.sector=B1"], "model.sector", "null, auto or"),
+    (["model.sector=auto", "hamiltonian=pauli", "hamiltonian.terms=[{coeff:1.0,ops:Z,on:[[0]]}]",
+      "sampler=metropolis_local", "hilbert.total_sz=null"], "model.sector", "auto needs"),
+])
+def test_bad_sectors_are_one_sentence_before_anything_compiles(overrides, key, words):
+    with pytest.raises(ConfigError) as info:
+        build(compose_config([*KAGOME, *overrides]))
+    sentence = info.value.sentence()
+    assert sentence.startswith(key + " ") and words in sentence, sentence

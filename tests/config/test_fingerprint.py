@@ -107,3 +107,26 @@ def test_a_retired_key_counts_only_away_from_its_neutral_value():
     assert fingerprint.first_difference({"seed": 0, "peak_restart_every": 0}, current) is None
     assert fingerprint.same(fingerprint.record({"seed": 0, "peak_restart_every": 0}), current)
     assert fingerprint.first_difference({"seed": 0, "peak_restart_every": 3}, current)[0] == "peak_restart_every"
+
+
+def test_the_retired_projection_keys_of_the_lattice_models():
+    """model.symmetries, parity and momentum (now model.sector) of rbm_symm, cnn and vit: dropped at
+    none / null / null, one sentence otherwise; a custom model's key of that name is its own."""
+    old = {"model": {"_target_": "models.CNN", "channels": 8, "symmetries": "none", "parity": None, "momentum": None},
+           "seed": 0}
+    assert fingerprint.without_retired(old) == {"model": {"_target_": "models.CNN", "channels": 8}, "seed": 0}
+    custom = {"model": {"_target_": "my_pkg.Model", "parity": 1}}
+    assert fingerprint.without_retired(custom) == custom
+    with pytest.raises(ConfigError) as info:
+        fingerprint.without_retired({"model": {"_target_": "models.ViT", "symmetries": "translations",
+                                               "parity": None, "momentum": [1, 0]}})
+    assert info.value.sentence() == ("model.symmetries is translations in that run, an option this version no longer "
+                                     "has (model.sector replaces model.symmetries, parity and momentum).")
+    today = fingerprint.of({"model": {"_target_": "models.CNN", "channels": 8, "sector": None}, "seed": 0})
+    stored = fingerprint.of(old)
+    assert fingerprint.first_difference(stored, today) is None
+    assert fingerprint.same(fingerprint.record(stored), today)
+    assert fingerprint.first_difference({**stored, "model.parity": 1}, today)[0] == "model.parity"
+    assert fingerprint.first_difference(stored, {**today, "model.sector": "auto"})[0] == "model.sector"
+    assert not fingerprint.same(fingerprint.record(stored), {**today, "model.sector": "auto"})
+

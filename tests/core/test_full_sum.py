@@ -163,6 +163,7 @@ def _observed(run_dir):
             if any(k.startswith("obs/") for k in r)}
 
 
+@pytest.mark.slow
 def test_a_run_is_exact_and_identical_on_every_layout(tmp_path):
     """J1-J2 on a 10-site chain over the space group's orbits: each step's energy is the exact
     energy of its parameters (so the final one is the dense <psi|H|psi> of the saved state), with

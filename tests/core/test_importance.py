@@ -130,6 +130,7 @@ def _metrics(run_dir):
     return [{k: v for k, v in line.items() if k != "wall_time"} for line in lines]
 
 
+@pytest.mark.slow
 def test_a_reweighted_run_is_identical_on_every_layout(tmp_path):
     """J1-J2 on a 12-site chain, Metropolis of |psi|^1 reweighted, observables measured during
     training on the weighted samples: 1 and 4 devices and 2 processes give the same bits

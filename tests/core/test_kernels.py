@@ -85,12 +85,12 @@ def test_metropolis_loops_of_a_cnn_stay_out_of_single_kernels():
     assert loops >= 1 and kernels == 0
 
 
-@pytest.mark.parametrize("symmetries", ["none", "point"])
-def test_tied_evaluation_is_the_models_own(symmetries):
+@pytest.mark.parametrize("sector", [None, {"momentum": [0, 0], "irrep": "A1"}])
+def test_tied_evaluation_is_the_models_own(sector):
     """log psi and its parameter gradient through `wavefunction.apply_model` equal the model's own,
     bit for bit, for configurations with and without batch axes."""
     model = models.CNN(channels=4, kernel_size=3, depth=2, hilbert=LATTICE, param_dtype=jnp.complex128,
-                       symmetries=symmetries)
+                       sector=sector)
     sigma = jax.vmap(lambda k: smp.random_state(LATTICE, k))(jax.random.split(jax.random.PRNGKey(1), 12))
     params = model.init(jax.random.PRNGKey(0), sigma[:1])["params"]
     assert wavefunction.has_convolution(model, params, sigma)

@@ -290,6 +290,7 @@ def test_cli_run_writes_observables(tmp_path, repo):
 
 def test_report_plots_observables_against_the_swept_key(tmp_path):
     from runner import report
+    from runner.outputs import sweep_plots
 
     for job, h in enumerate((1.5, 0.5, 1.0)):
         run = tmp_path / f"{job}_hamiltonian.h={h}"
@@ -300,7 +301,7 @@ def test_report_plots_observables_against_the_swept_key(tmp_path):
                                                       "observables": values}))
     report.report(tmp_path)
     assert (tmp_path / "observables.png").is_file()
-    fig = report.plot_observables(report.collect(tmp_path), "hamiltonian.h", ["hamiltonian.h"], tmp_path / "o.png")
+    fig = sweep_plots.plot_observables(report.collect(tmp_path), "hamiltonian.h", ["hamiltonian.h"], tmp_path / "o.png")
     panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
     assert set(panels) == {"mz2", "magnetization_x"}
     np.testing.assert_allclose(panels["mz2"].lines[0].get_xydata(), [[0.5, 2.0], [1.0, 1.0], [1.5, 1 / 1.5]])

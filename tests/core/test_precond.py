@@ -223,6 +223,7 @@ MODEL_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(MODEL_CASES))
 def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
     """`jacobian`'s chunks (O made again per chunk, centred with the mean of a first pass)

@@ -110,3 +110,47 @@ def test_rejected_steps_are_reported_and_a_repeated_jump_called_wrong_estimates(
 
 def test_failed_run_without_final_numbers():
     assert health.check({"status": "failed"}, []) == []
+
+
+def collapse_records(acceptance, r_hat, variance, n=health.COLLAPSE_STEPS + 10):
+    """n steps: healthy ones, then COLLAPSE_STEPS steps with the given acceptance, R-hat and variance."""
+    healthy = [{"step": k, "energy": -10.0, "variance": 1.0, "acceptance": 0.4, "r_hat": 1.01}
+               for k in range(n - health.COLLAPSE_STEPS)]
+    late = [{"step": k, "energy": -5.0, "variance": variance, "acceptance": acceptance, "r_hat": r_hat}
+            for k in range(n - health.COLLAPSE_STEPS, n)]
+    return healthy + late
+
+
+@pytest.mark.parametrize("acceptance,r_hat,variance,metropolis,expected", [
+    (0.001, 3.0, 1.0, True, "frozen apart"),
+    (0.001, None, 1.0, True, "frozen apart"),  # a non-finite R-hat: chains each on one configuration
+    (0.001, 1.01, 1.0, True, None),  # a peaked state whose chains agree (an ordered phase): healthy
+    (0.001, 3.0, 1.0, False, None),  # no Metropolis chains
+    (0.3, 3.0, 1.0, True, None),
+    (0.3, 1.01, 1e3, True, "variance stayed above"),
+    (0.3, 1.01, 50.0, True, None),  # below VARIANCE_RISE x the earlier minimum
+])
+def test_check_collapse(acceptance, r_hat, variance, metropolis, expected):
+    records = collapse_records(acceptance, r_hat, variance)
+    reason = health.check_collapse(records, n_sites=16, metropolis=metropolis)
+    assert (reason is None) if expected is None else (reason.startswith("collapsed:") and expected in reason)
+    # one step short of the window of steps: never
+    assert health.check_collapse(records[:-1] if expected else records[:health.COLLAPSE_STEPS - 1], 16, True) is None
+
+
+def test_a_single_bad_step_in_the_window_is_not_a_collapse():
+    records = collapse_records(0.001, 3.0, 1e3)
+    records[-5] = {**records[-5], "acceptance": 0.3, "variance": 1.0}
+    assert health.check_collapse(records, n_sites=16, metropolis=True) is None
+
+
+def test_a_run_leaving_the_eigenstate_it_started_in_is_not_a_collapse():
+    """The README's kagome example starts near the ferromagnet (an eigenstate: variance 0.04) and
+    its variance rises to ~20-90 while the energy falls from +24 to -18: healthy, not stopped.
+    The same variances under a flat energy are a collapse."""
+    energies = [24.0 - 2.0 * k for k in range(health.COLLAPSE_STEPS + 7)]
+    records = [{"step": k, "energy": e, "energy_error": 0.3, "variance": 0.04 if k < 7 else 20.0,
+                "acceptance": 0.3, "r_hat": 1.0} for k, e in enumerate(energies)]
+    assert health.check_collapse(records, n_sites=12, metropolis=True) is None
+    flat = [{**r, "energy": 24.0} for r in records]
+    assert health.check_collapse(flat, n_sites=12, metropolis=True).startswith("collapsed: the variance")

@@ -192,3 +192,24 @@ def test_nan_energy_fails_and_keeps_last_good_checkpoint(tmp_path):
     assert (tmp_path / "checkpoint" / "state.npz").read_bytes() == saved
     metrics = read_metrics(tmp_path)
     assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4] and metrics[-1]["energy"] is None
+
+
+def test_an_old_projection_key_on_the_command_line_names_its_replacement():
+    from runner.cli import check_overrides
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        check_overrides(["model=cnn", "model.symmetries=lattice"])
+    assert info.value.sentence() == ("model.symmetries is not a key of model=cnn; model.sector replaces "
+                                     "model.symmetries, parity and momentum.")
+
+
+def test_keys_are_checked_against_the_experiments_groups():
+    """After experiment=j1j2_square (hilbert: square) hilbert.Lx is a key; a group chosen on the
+    command line still wins over the experiment's."""
+    from runner.cli import check_overrides
+    from runner.errors import ConfigError
+
+    check_overrides(["experiment=j1j2_square", "hilbert.Lx=4"])
+    with pytest.raises(ConfigError, match="hilbert.Lx is not a key of hilbert=chain"):
+        check_overrides(["experiment=j1j2_square", "hilbert=chain", "hilbert.Lx=4"])

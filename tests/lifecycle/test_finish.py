@@ -1,5 +1,6 @@
-"""runner.lifecycle.finish: the final estimate runs its rounds on the training step's compiled sampling,
-compiling no sampler of its own, and gives the numbers of the estimate in one program."""
+"""runner.lifecycle.finish: the exact ground state's energy and observables, shared by a sweep's points; the
+final estimate runs its rounds on the training step's compiled sampling, compiling no sampler of its own, and
+gives the numbers of the estimate in one program."""
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ from runner.core import sampler
 from runner.core.vmc import init_state
 from runner.lifecycle import finish, loop
 from runner.parallel import mesh
+from runner.physics import exact
 from tests.config.test_build import compose_config
 
 SMALL = ["hilbert.L=6", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=3", "exact=false"]
@@ -54,3 +56,25 @@ def test_a_reweighted_run_estimates_in_one_program(monkeypatch):
     monkeypatch.setattr(sampler, "_sample_metropolis", lambda *args: traced.append(1) or metropolis(*args))
     final, _ = finish.final_estimate(experiment, state, shardings, layout, 16, step.draw)
     assert traced and final["energy"] is not None
+
+
+def test_a_sweep_computes_the_exact_observables_once_and_reads_them_back(tmp_path, monkeypatch):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return exact.ground_state(*args, **kwargs)
+
+    monkeypatch.setattr(finish, "ground_state", counted)
+    with_obs = build(compose_config(["hilbert.L=6", "exact=true", "observables=spin"]))
+    first = finish.exact_ground(with_obs, tmp_path)
+    again = finish.exact_ground(with_obs, tmp_path)
+    assert calls == [{"vector": True}] and again == first  # read back from SWEEP_DIR/.exact_cache
+    assert set(first.observed[0]["exact_observables"]) == set(with_obs.observables.all_names)
+    assert len(first.observed[1]["exact_structure_factor"]) == 6
+
+    plain = build(compose_config(["hilbert.L=6", "exact=true"]))  # no observables: the energy alone, no vector
+    assert finish.exact_ground(plain, tmp_path) == finish.Exact(first.energy, None)
+    assert calls[-1] == {"vector": False}
+    assert finish.exact_ground(plain, tmp_path).energy == first.energy and len(calls) == 2
+    assert finish.exact_ground(build(compose_config(["hilbert.L=6", "exact=false"])), tmp_path) == finish.Exact()

@@ -65,3 +65,57 @@ def test_retired_keys_are_dropped_at_their_neutral_value_and_refused_otherwise(t
     path.write_text(path.read_text().replace("peak_restart_every: 0", "peak_restart_every: 5"))
     with pytest.raises(ConfigError, match="peak_restart_every is 5 in that run"):
         load.read_config(run)
+
+
+def _as_before_model_sector(run_dir, symmetries="none"):
+    """Rewrites a lattice-model run as the code before model.sector wrote it: model.symmetries,
+    parity and momentum in its config and its fingerprints, no model.sector."""
+    import yaml
+
+    path = run_dir / ".hydra" / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    del config["model"]["sector"]
+    config["model"].update(symmetries=symmetries, parity=None)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def old(record):
+        flat = {k: v for k, v in record["config"].items() if k != "model.sector"}
+        flat.update({"model.symmetries": symmetries, "model.parity": None})
+        return fingerprint.record(flat)
+
+    npz = run_dir / "checkpoint" / "state.npz"
+    with np.load(npz) as data:
+        arrays = dict(data)
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    meta["config_fingerprint"] = old(meta["config_fingerprint"])
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(npz, **arrays)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["config_fingerprint"] = old(summary["config_fingerprint"])
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.mark.slow
+def test_an_old_lattice_run_at_the_neutral_projection_keys_loads_skips_and_resumes(tmp_path):
+    """A run written with model.symmetries none and parity null (today: model.sector null) loads,
+    is returned as finished for the same n_iter, and resumes for more; one with a projection is
+    refused in one sentence."""
+    import runner
+
+    overrides = ["model=rbm_symm", "hilbert.L=6", "sampler.n_samples=64", "sampler.n_chains=4", "final_rounds=1",
+                 "exact=false", "peak_search=0"]
+    run_dir = tmp_path / "run"
+    runner.run([*overrides, "n_iter=2"], run_dir)
+    _as_before_model_sector(run_dir)
+    summary = (run_dir / "summary.json").read_bytes()
+    assert "symmetries" not in load.read_config(run_dir)["model"]
+    assert runner.load(run_dir).step == 2
+    assert runner.run([*overrides, "n_iter=2"], run_dir).step == 2
+    assert (run_dir / "summary.json").read_bytes() == summary  # returned as finished, not redone
+    assert runner.run([*overrides, "n_iter=3"], run_dir).step == 3
+    projected = tmp_path / "projected"
+    shutil.copytree(run_dir, projected)
+    _as_before_model_sector(projected, symmetries="lattice")
+    with pytest.raises(ConfigError, match="model.symmetries is lattice in that run, an option this version no longer "
+                                          "has .model.sector replaces"):
+        runner.load(projected)

@@ -113,7 +113,7 @@ def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     model = RBMSymm(alpha=2, param_dtype=dtype, hilbert=lattice)
     paths = resolve(model)
     assert paths.ratio is not None and paths.amplitude is not None and paths.jacobian_products is None
-    assert resolve(RBMSymm(alpha=2, parity=1, hilbert=lattice)) is None
+    assert resolve(RBMSymm(alpha=2, sector={"momentum": [0, 0], "irrep": "A1", "parity": 1}, hilbert=lattice)) is None
     states = jnp.asarray(hb.all_states(lattice))
     params = model.init(jax.random.PRNGKey(0), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: 20 * x, params)

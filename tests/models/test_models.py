@@ -287,7 +287,7 @@ def test_bad_model_values(make, key):
 
 # --- the lattice models (rbm_symm, cnn, vit) and their symmetry projection, against exact sums ----
 
-from models import CNN, RBMSymm, ViT  # noqa: E402
+from models import CNN, GCNN, RBMSymm, ViT  # noqa: E402
 from runner.core import local_energy, precond_types  # noqa: E402
 from runner.core.wavefunction import gradient_mode  # noqa: E402
 from runner.physics import hamiltonians
@@ -297,22 +297,30 @@ from tests.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
 
 LATTICE_MODELS = {
     "rbm_symm_chain": (lambda: hb.chain(6), lambda h, d: RBMSymm(alpha=2, param_dtype=d, hilbert=h)),
-    "rbm_symm_square_parity": (lambda: hb.square(3), lambda h, d: RBMSymm(alpha=1, parity=1, param_dtype=d, hilbert=h)),
+    "rbm_symm_square_parity": (lambda: hb.square(3), lambda h, d: RBMSymm(
+        alpha=1, sector={"momentum": [0, 0], "irrep": "A1", "parity": 1}, param_dtype=d, hilbert=h)),
     "cnn_chain": (lambda: hb.chain(6), lambda h, d: CNN(channels=3, depth=2, param_dtype=d, hilbert=h)),
     "cnn_square": (lambda: hb.square(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
     "cnn_triangular": (lambda: hb.triangular(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
     "cnn_square_projected_parity": (lambda: hb.square(3), lambda h, d: CNN(
-        channels=2, depth=1, symmetries="translations", parity=-1, param_dtype=d, hilbert=h)),
+        channels=2, depth=1, sector={"momentum": [0, 0], "irrep": "A1", "parity": -1}, param_dtype=d, hilbert=h)),
+    "cnn_square_B1": (lambda: hb.square(3), lambda h, d: CNN(
+        channels=2, depth=1, sector={"momentum": [0, 0], "irrep": "B1", "parity": 1}, param_dtype=d, hilbert=h)),
     "vit_chain_projected_momentum": (lambda: hb.chain(6), lambda h, d: ViT(
-        patch_size=6, d_model=4, n_heads=1, symmetries="translations", parity=1, momentum=[1], param_dtype=d, hilbert=h)),
+        patch_size=6, d_model=4, n_heads=1, sector={"momentum": [1], "irrep": "A", "parity": 1}, param_dtype=d,
+        hilbert=h)),
     "vit_square": (lambda: hb.square(2), lambda h, d: ViT(patch_size=1, d_model=4, n_heads=2, param_dtype=d, hilbert=h)),
     "vit_chain_projected": (lambda: hb.chain(6), lambda h, d: ViT(
-        patch_size=2, d_model=4, n_heads=2, symmetries="translations", param_dtype=d, hilbert=h)),
+        patch_size=2, d_model=4, n_heads=2, sector={"momentum": [0], "irrep": "A'"}, param_dtype=d, hilbert=h)),
+    "gcnn_triangular": (lambda: hb.triangular(3), lambda h, d: GCNN(features=[2, 2], param_dtype=d, hilbert=h)),
+    "gcnn_chain_momentum_parity": (lambda: hb.chain(6), lambda h, d: GCNN(
+        features=[3, 2], sector={"momentum": [1], "irrep": "A", "parity": -1}, param_dtype=d, hilbert=h)),
 }
 # Models whose log psi is invariant under every lattice translation (a ViT only under whole
-# patches unless projected; the momentum model picks up a phase, checked separately).
+# patches unless projected; the momentum model picks up a phase, checked separately; B1 vanishes
+# on many configurations, the transformations of the sectors are in test_symmetrize).
 INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular",
-             "cnn_square_projected_parity", "vit_square", "vit_chain_projected"]
+             "cnn_square_projected_parity", "vit_square", "vit_chain_projected", "gcnn_triangular"]
 
 
 def _lattice_model(name, dtype, seed=0):
@@ -323,6 +331,8 @@ def _lattice_model(name, dtype, seed=0):
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
     if name.startswith("rbm_symm"):  # away from its near-uniform start (the deep models start there already)
         params = jax.tree_util.tree_map(lambda x: 10 * x, params)
+    if name.startswith("gcnn"):  # its last layers start small (log psi nearly flat)
+        params = jax.tree_util.tree_map(lambda x: 3 * x, params)
     return lattice, model, states, params
 
 
@@ -380,7 +390,7 @@ def test_momentum_sector_phase(dtype):
     alive = np.asarray(log_psi.real) > np.max(np.asarray(log_psi.real)) - 15
     assert 0.5 < np.mean(alive) < 1
     for u, perm in enumerate(lattice.translations):
-        d_u = model.hilbert.displacement(u)[0]
+        d_u = lattice.translations[u][0]  # the image of site 0
         _same_amplitude(apply(states[:, perm])[alive], (log_psi + 2j * np.pi * d_u / 6)[alive])
 
 
@@ -406,7 +416,9 @@ def test_local_energies_match_dense_h_psi(name, dtype):
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 @pytest.mark.parametrize("name", ["rbm_symm_chain", "cnn_chain", "cnn_triangular", "vit_chain_projected_momentum",
-                                  "vit_square", "vit_chain_projected"])
+                                  "vit_square", "vit_chain_projected",
+                                  *(pytest.param(n, marks=pytest.mark.slow)  # 40 to 60 s each on 2 busy cores
+                                    for n in ("gcnn_triangular", "gcnn_chain_momentum_parity"))])
 def test_force_matches_exact_gradient(name, dtype):
     """The core's log-derivatives give the force 2 <O* (E_loc - E)> of the exact distribution,
     equal to the derivative of the exact energy <psi|H|psi> / <psi|psi> (Kronecker H)."""
@@ -427,11 +439,12 @@ def test_force_matches_exact_gradient(name, dtype):
 @pytest.mark.parametrize(
     "make,key",
     [(lambda h: RBMSymm(alpha=1.5, hilbert=h), "alpha"), (lambda h: CNN(depth=0, hilbert=h), "depth"),
-     (lambda h: CNN(symmetries="rotations", hilbert=h), "symmetries"), (lambda h: CNN(parity=2, hilbert=h), "parity"),
+     (lambda h: CNN(sector="rotations", hilbert=h), "sector"),
+     (lambda h: CNN(sector={"momentum": [0], "irrep": "A'", "parity": 2}, hilbert=h), "sector.parity"),
      (lambda h: CNN(activation="tanh", hilbert=h), "activation"),
      (lambda h: RBMSymm(group="rotations", hilbert=h), "group"),
-     (lambda h: ViT(patch_size=1, momentum=[1], hilbert=h), "momentum"),
-     (lambda h: ViT(patch_size=1, symmetries="translations", momentum=[1, 0], hilbert=h), "momentum"),
+     (lambda h: ViT(patch_size=1, sector={"momentum": [1], "irrep": "A"}, hilbert=h), "sector"),
+     (lambda h: ViT(patch_size=1, sector={"momentum": [1, 0], "irrep": "A"}, hilbert=h), "sector.momentum"),
      (lambda h: ViT(patch_size=4, hilbert=h), "patch_size"), (lambda h: ViT(d_model=6, n_heads=4, hilbert=h), "n_heads"),
      (lambda h: RBMSymm(), "hilbert")],
 )
@@ -465,13 +478,27 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
     assert summary["relative_error"] < 0.02, summary
 
 
+def one_step_on_one_and_four_devices(problem, sigma_N):
+    """((energy stats, update) of one step on one device, the same on four), from the samples of
+    chains started at `sigma_N`, drawn once on one device."""
+    from runner.core.sampler import sample
+    from runner.core.vmc import energy_and_update, init_state
+    from runner.parallel import mesh
+
+    state = init_state(problem, 0, sigma_N)
+    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
+    step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
+    layout = mesh.make_mesh("sharded")
+    sharded = jax.device_put(sigma_CxTxN, layout.chains)
+    assert len(sharded.sharding.device_set) == 4
+    return step(state.params, sigma_CxTxN), step(jax.device_put(state.params, layout.replicated), sharded)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
 def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     from runner.config.build import build
-    from runner.core.sampler import sample
-    from runner.core.vmc import energy_and_update, init_state
-    from runner.parallel import mesh
     from tests.config.test_build import compose_config
 
     # The vit at d_model 4 (under 500 parameters: the dense SR solve). At its default size SR takes
@@ -480,16 +507,9 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     small = ["model.d_model=4", "model.n_heads=1"] if name == "vit" else []
     config = compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "sampler.n_samples=64",
                              "sampler.n_chains=8", f"dtype={dtype}", "exact=false", *LATTICE_CONFIGS[name], *small,
-                             "model.symmetries=translations"])
-    problem = build(config).problem
-    state = init_state(problem, 0, jnp.ones((16,), jnp.int8))
-    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
-    step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
-    stats_1, grads_1 = step(state.params, sigma_CxTxN)
-    layout = mesh.make_mesh("sharded")
-    sharded = jax.device_put(sigma_CxTxN, layout.chains)
-    stats_4, grads_4 = step(jax.device_put(state.params, layout.replicated), sharded)
-    assert len(sharded.sharding.device_set) == 4
+                             "model.sector={momentum:[0,0],irrep:A1}"])
+    (stats_1, grads_1), (stats_4, grads_4) = one_step_on_one_and_four_devices(build(config).problem,
+                                                                              jnp.ones((16,), jnp.int8))
     np.testing.assert_allclose(stats_4.mean, stats_1.mean, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(grads_4), jax.tree_util.tree_leaves(grads_1)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

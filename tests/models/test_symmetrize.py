@@ -1,11 +1,17 @@
-"""Symmetry projection: the stable log-sum equals the explicit sum of amplitudes over the images."""
+"""Sector projection: the stable log-sum equals the explicit sum of amplitudes over the images, the
+projected models transform as their sector says, and equal the dense projector of
+`runner.physics.symmetry` applied to the unprojected model."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import symmetrize
+from models import CNN, RBMSymm, ViT, symmetrize
+from runner.errors import ConfigError
 from runner.physics import hilbert as hb
+from runner.physics import symmetry
+from runner.physics.symmetry import Sector
 
 
 def _random_log_psi(n_sites, complex_out, scale):
@@ -19,184 +25,166 @@ def _random_log_psi(n_sites, complex_out, scale):
     return lambda s: jnp.einsum("...i,ij,...j->...", s, a, s) + s @ b
 
 
-@pytest.mark.parametrize("parity", [None, 1, -1])
-@pytest.mark.parametrize("complex_out", [False, True])
-def test_projection_equals_the_explicit_sum(parity, complex_out):
+def _amplitudes(log_psi):
+    """psi / max |psi| from log psi (no overflow)."""
+    log_psi = np.asarray(log_psi, complex)
+    return np.exp(log_psi - np.max(log_psi.real))
+
+
+def _proportional(got, expected, rtol=1e-9):
+    """got = c expected for one complex c (the projections differ in normalisation only)."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    c = np.vdot(expected, got) / np.vdot(expected, expected)
+    assert abs(c) > 0
+    np.testing.assert_allclose(got, c * expected, rtol=0, atol=rtol * np.max(np.abs(got)))
+
+
+@pytest.mark.parametrize("sector", [Sector((1, 1), "A'", None), Sector((0, 0), "A1", 1), Sector((1, 0), "A'", -1),
+                                    Sector((0, 0), "B1", -1)])
+def test_projection_equals_the_explicit_sum_over_the_little_group(sector):
+    """psi_P(s) = sum_{g in G_k} chi(g)* psi(g s) (and the flip), on the 3 x 2 torus."""
     hilbert = hb.square(Lx=3, Ly=2)
-    lattice = symmetrize.lattice_of(hilbert)
-    momentum = (1, 1) if complex_out else None
-    log_psi = _random_log_psi(6, complex_out, scale=3.0)
+    group = symmetry.space_group(hilbert)
+    projection = symmetrize.projection_of(sector, hilbert)
+    log_psi = _random_log_psi(6, True, scale=3.0)
     states = jnp.asarray(hb.all_states(hilbert), jnp.float64)
-    got = np.asarray(symmetrize.project(log_psi, states, lattice, "translations", parity, momentum))
+    got = np.exp(np.asarray(symmetrize.project(log_psi, states, projection)))
+    elements, chi = symmetry.characters(group, sector)
     expected = np.zeros(len(states), complex)
-    for t, perm in enumerate(hilbert.translations):
-        dx, dy = lattice.displacement(t)
-        w = np.exp(-2j * np.pi * (dx / 3 + dy / 2)) if momentum else 1.0
-        expected += w * np.exp(np.asarray(log_psi(states[:, perm])))
-        if parity is not None:
-            expected += parity * w * np.exp(np.asarray(log_psi(-states[:, perm])))
-    alive = np.abs(expected) > 1e-8 * np.max(np.abs(expected))
-    np.testing.assert_allclose(np.exp(got[alive]), expected[alive], rtol=1e-10)
-    assert np.iscomplexobj(got) == (complex_out or parity == -1)
+    for e, c in zip(elements, chi):
+        perm = group.perm_ExN[e]
+        expected += np.conj(c) * np.exp(np.asarray(log_psi(states[:, perm])))
+        if sector.parity is not None:
+            expected += sector.parity * np.conj(c) * np.exp(np.asarray(log_psi(-states[:, perm])))
+    _proportional(got, expected)
 
 
 def test_projection_is_finite_for_huge_log_psi():
     hilbert = hb.chain(6)
-    lattice = symmetrize.lattice_of(hilbert)
     log_psi = _random_log_psi(6, True, scale=1e4)  # |log psi| ~ 1e4: exp overflows without the shift
     states = jnp.asarray(hb.all_states(hilbert), jnp.float64)
-    got = symmetrize.project(log_psi, states, lattice, "translations", 1, None)
+    projection = symmetrize.projection_of(Sector((0,), "A'", 1), hilbert)
+    got = symmetrize.project(log_psi, states, projection)
     assert np.all(np.isfinite(np.asarray(got)))
-    images = [log_psi(sign * states[:, p]) for p in hilbert.translations for sign in (1, -1)]
+    images = [log_psi(sign * states[:, p]) for p in projection.perms[:12] for sign in (1, -1)]
     largest = np.max(np.real(np.stack(images)), axis=0)
-    assert np.all(np.real(np.asarray(got)) <= largest + np.log(12) + 1e-6)
+    assert np.all(np.real(np.asarray(got)) <= largest + np.log(24) + 1e-6)
 
 
-def test_no_symmetry_is_the_model_itself():
+def test_no_sector_is_the_model_itself():
     hilbert = hb.chain(4)
     log_psi = _random_log_psi(4, False, 1.0)
     states = jnp.asarray(hb.all_states(hilbert), jnp.float64)
-    got = symmetrize.project(log_psi, states, symmetrize.lattice_of(hilbert), "none", None, None)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(log_psi(states)))
+    assert symmetrize.projection_of(None, hilbert) is None
+    np.testing.assert_array_equal(np.asarray(symmetrize.project(log_psi, states, None)), np.asarray(log_psi(states)))
 
 
-# --- symmetries=lattice: the trivial representation of the space group ------------------------
-
-import jax  # noqa: E402
-
-from models import CNN, RBMSymm, ViT  # noqa: E402
-from runner.errors import ConfigError  # noqa: E402
-
-
-def _permuted_index(states, perm):
-    """Row of s[perm] for each configuration s of the basis `states` (binary order)."""
-    return np.searchsorted(hb.states_to_codes(states), hb.states_to_codes(states[:, perm]))
-
-
-@pytest.mark.parametrize("parity", [None, 1, -1])
-@pytest.mark.parametrize("make", [lambda: hb.chain(6), lambda: hb.triangular(3), lambda: hb.honeycomb(2),
-                                  lambda: hb.kagome(2), lambda: hb.square(Lx=2, Ly=4)])
-def test_lattice_projection_is_the_space_group_sum_and_invariant(make, parity):
-    """psi_P = sum over the space group (and spin flips) of psi on the images, and the dense
-    projected state is an eigenvector with eigenvalue 1 of every group permutation."""
-    hilbert = make()
-    lattice = symmetrize.lattice_of(hilbert)
-    assert len(lattice.space_group) > len(lattice.translations)
-    states_np = hb.all_states(hilbert)
-    states = jnp.asarray(states_np, jnp.float64)
-    log_psi = _random_log_psi(hilbert.n_sites, True, scale=3.0)
-    got = np.asarray(symmetrize.project(log_psi, states, lattice, "lattice", parity, None))
-    expected = np.zeros(len(states), complex)
-    for g in hilbert.space_group:
-        expected += np.exp(np.asarray(log_psi(states[:, g])))
-        if parity is not None:
-            expected += parity * np.exp(np.asarray(log_psi(-states[:, g])))
-    psi = np.exp(got)
-    scale = np.max(np.abs(expected))
-    np.testing.assert_allclose(psi, expected, rtol=1e-10, atol=1e-12 * scale)
-    for g in hilbert.space_group:
-        np.testing.assert_allclose(psi[_permuted_index(states_np, g)], psi, rtol=1e-10, atol=1e-12 * scale)
-    if parity is not None:
-        return  # (on the 6-ring every mirror image is a translate of the configuration or of its flip)
-    # the translations alone leave it a non-symmetric state: the invariance above comes from the point group
-    psi_t = np.exp(np.asarray(symmetrize.project(log_psi, states, lattice, "translations", parity, None)))
-    worst = max(np.max(np.abs(psi_t[_permuted_index(states_np, g)] - psi_t)) for g in hilbert.space_group)
-    assert worst > 1e-3 * np.max(np.abs(psi_t))
-
-
-def test_lattice_projection_of_the_square_4x4():
-    """All 128 elements on the 4x4 torus (a sample of the Sz = 0 sector): invariance and the sum."""
+def test_translation_cosets_give_the_little_group_sum_of_a_translation_invariant_log_psi():
+    """With the model's invariance under the translations the projection takes one image per coset
+    (8 of 128 on the 4 x 4 torus, 16 with the flip) and gives the same state as the full sum."""
     hilbert = hb.square(4)
-    lattice = symmetrize.lattice_of(hilbert)
-    assert lattice.space_group_GxN.shape == (128, 16)
-    states = jnp.asarray(hb.all_states(hilbert._replace(total_sz=0.0))[::50], jnp.float64)
-    log_psi = _random_log_psi(16, False, scale=3.0)
-    project = jax.jit(lambda s: symmetrize.project(log_psi, s, lattice, "lattice", None, None))
-    got = np.asarray(project(states))
-    expected = sum(np.exp(np.asarray(log_psi(states[:, g]))) for g in hilbert.space_group)
-    np.testing.assert_allclose(np.exp(got), expected, rtol=1e-11)
-    for g in hilbert.space_group:
-        np.testing.assert_allclose(np.asarray(project(states[:, g])), got, atol=1e-11)
+    base = _random_log_psi(16, True, scale=2.0)
+    rows = np.asarray(hilbert.translations)
+    invariant = lambda s: jax.nn.logsumexp(jnp.stack([base(s[..., t]) for t in rows]), axis=0)  # noqa: E731
+    invariance = symmetrize.Invariance(symmetrize.translations_by(hilbert, 1), "the translations", "-")
+    states = jnp.asarray(hb.all_states(hilbert._replace(total_sz=0.0))[::131], jnp.float64)
+    sector = Sector((0, 0), "B2", -1)
+    cosets, full = (symmetrize.projection_of(sector, hilbert, inv) for inv in (invariance, None))
+    assert (len(cosets.perms), len(full.perms)) == (16, 256)
+    psi_cosets, psi_full = (np.exp(np.asarray(symmetrize.project(invariant, states, p))) for p in (cosets, full))
+    assert np.ptp(np.abs(psi_full)) > 1e-3 * np.max(np.abs(psi_full))
+    _proportional(psi_cosets, psi_full)
 
 
-LATTICE_PROJECTED = {
-    "rbm_symm": lambda h, d: RBMSymm(alpha=1, symmetries="lattice", parity=1, param_dtype=d, hilbert=h),
-    "cnn": lambda h, d: CNN(channels=2, depth=2, symmetries="lattice", param_dtype=d, hilbert=h),
-    "vit": lambda h, d: ViT(patch_size=2, d_model=4, n_heads=2, symmetries="lattice", param_dtype=d, hilbert=h),
+# --- the projected lattice models: how they transform, and the dense projector ---------------
+
+KAGOME = {"momentum": [0, 0], "irrep": "B1", "parity": 1}  # the ground sector of the 2 x 2 Heisenberg kagome
+PROJECTED = {
+    "rbm_symm_kagome_B1": (lambda: hb.kagome(2), lambda h: RBMSymm(
+        alpha=2, sector=KAGOME, param_dtype=jnp.complex128, hilbert=h)),
+    "rbm_symm_lattice_odd": (lambda: hb.kagome(2), lambda h: RBMSymm(
+        alpha=1, group="lattice", sector={"momentum": [0, 0], "irrep": "A1", "parity": -1}, hilbert=h)),
+    "cnn_kagome_A1": (lambda: hb.kagome(2), lambda h: CNN(
+        channels=2, depth=2, sector={"momentum": [0, 0], "irrep": "A1"}, param_dtype=jnp.complex128, hilbert=h)),
+    "cnn_square_B1_odd": (lambda: hb.square(Lx=4, Ly=2), lambda h: CNN(
+        channels=2, depth=1, sector={"momentum": [0, 0], "irrep": "B1", "parity": -1}, hilbert=h)),
+    "vit_kagome_k": (lambda: hb.kagome(2), lambda h: ViT(
+        patch_size=2, d_model=4, n_heads=1, sector={"momentum": [1, 0], "irrep": "B2", "parity": -1}, hilbert=h)),
+    "vit_chain_k": (lambda: hb.chain(8), lambda h: ViT(
+        patch_size=4, d_model=4, n_heads=2, sector={"momentum": [2], "irrep": "A"}, param_dtype=jnp.complex128,
+        hilbert=h)),
 }
 
 
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
-@pytest.mark.parametrize("name", list(LATTICE_PROJECTED))
-def test_models_with_symmetries_lattice_are_invariant(name, dtype):
-    hilbert = hb.square(4)
-    model = LATTICE_PROJECTED[name](hilbert, dtype)
-    states = jnp.asarray(hb.all_states(hilbert._replace(total_sz=0.0))[::2500])
-    params = model.init(jax.random.PRNGKey(0), states[0])["params"]
-    params = jax.tree_util.tree_map(lambda x: 5 * x, params)  # away from the near-uniform start
-    moved_SxGxN = states[:, hilbert.space_group]  # every configuration under every element
-    log_psi_SxG = np.asarray(jax.jit(lambda s: model.apply({"params": params}, s))(moved_SxGxN))
-    log_psi_S = log_psi_SxG[:, :1]
-    assert np.ptp(log_psi_S.real) > 1e-2  # not a constant
-    np.testing.assert_allclose(log_psi_SxG.real, np.broadcast_to(log_psi_S.real, log_psi_SxG.shape), atol=1e-10)
-    np.testing.assert_allclose(np.exp(1j * (log_psi_SxG.imag - log_psi_S.imag)), 1.0, atol=1e-9)
+@pytest.mark.parametrize("name", sorted(PROJECTED))
+def test_projected_models_transform_as_their_sector_and_are_the_dense_projection(name):
+    """psi(g s) = chi(g) psi(s) for every g of the little group, and psi(-s) = parity psi(s), on
+    random configurations; and over a whole (Sz = 0) basis the projected amplitudes are P psi
+    (`symmetry.project`) of the same parameters without a sector, up to normalisation."""
+    make_hilbert, make_model = PROJECTED[name]
+    hilbert = make_hilbert()
+    model = make_model(hilbert)
+    bare = model.clone(sector=None)
+    sector = model.sector.sector
+    basis = hilbert._replace(total_sz=0.0) if hilbert.n_sites > 8 else hilbert
+    states_DxN = hb.all_states(basis)
+    params = bare.init(jax.random.PRNGKey(0), jnp.asarray(states_DxN[:1]))["params"]  # as the model's, faster
+    params = jax.tree_util.tree_map(lambda x: 4 * x, params)
+    group = symmetry.space_group(hilbert)
+    elements, chi_G = symmetry.characters(group, sector)
+    spins_SxN = np.where(np.random.default_rng(1).random((6, hilbert.n_sites)) < 0.5, 1, -1).astype(np.int8)
+    moved_SxGxN = spins_SxN[:, group.perm_ExN[elements]]
+    batch = np.concatenate([states_DxN, moved_SxGxN.reshape(-1, hilbert.n_sites), -spins_SxN])
+    log_psi = np.asarray(jax.jit(lambda s: model.apply({"params": params}, s))(jnp.asarray(batch)), complex)
+    shift = np.max(log_psi.real)
+    projected_D = np.exp(log_psi[:len(states_DxN)] - shift)
+    psi_SxG = np.exp(log_psi[len(states_DxN):-len(spins_SxN)] - shift).reshape(len(spins_SxN), -1)
+    flipped_S = np.exp(log_psi[-len(spins_SxN):] - shift)
+    scale = np.max(np.abs(psi_SxG))
+    assert np.ptp(np.abs(psi_SxG[:, 0])) > 1e-3 * scale  # not a constant
+    np.testing.assert_allclose(psi_SxG, chi_G[None, :] * psi_SxG[:, :1], rtol=1e-8, atol=1e-10 * scale)
+    if sector.parity is not None:
+        np.testing.assert_allclose(flipped_S, sector.parity * psi_SxG[:, 0], rtol=1e-8, atol=1e-10 * scale)
+    psi_D = _amplitudes(jax.jit(lambda s: bare.apply({"params": params}, s))(jnp.asarray(states_DxN)))
+    _proportional(projected_D, symmetry.project(basis, sector, psi_D))
 
 
-def test_lattice_keys():
-    lattice = symmetrize.lattice_of(hb.square(4))
-    assert symmetrize.check_keys("lattice", 1, None, lattice) is None
+def test_a_sector_that_leaves_the_model_alone_keeps_its_fast_paths():
+    """rbm_symm over the space group at k = 0 A1 without parity is the model itself (the identity
+    alone): log psi bit for bit, and its fast paths."""
+    from models.fast_paths import resolve
+
+    hilbert = hb.kagome(2)
+    plain = RBMSymm(alpha=1, group="lattice", hilbert=hilbert)
+    same = RBMSymm(alpha=1, group="lattice", sector={"momentum": [0, 0], "irrep": "A1"}, hilbert=hilbert)
+    assert same.sector.trivial and resolve(same) is not None
+    states = jnp.asarray(hb.all_states(hilbert)[::37])
+    params = plain.init(jax.random.PRNGKey(0), states[:1])
+    np.testing.assert_array_equal(np.asarray(same.apply(params, states)), np.asarray(plain.apply(params, states)))
+    assert resolve(RBMSymm(alpha=1, sector=KAGOME, hilbert=hilbert)) is None
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make, key, words", [
+    (lambda: CNN(sector={"momentum": [1, 0], "irrep": "A'"}, hilbert=hb.square(4)), "sector",
+     "invariant under the translations"),
+    (lambda: RBMSymm(sector={"momentum": [0, 1], "irrep": "A'"}, hilbert=hb.square(4)), "sector", "model=vit"),
+    (lambda: RBMSymm(group="lattice", sector={"momentum": [0, 0], "irrep": "B1"}, hilbert=hb.square(4)), "sector",
+     "group=translations"),
+    (lambda: ViT(patch_size=2, sector={"momentum": [1, 0], "irrep": "A'"}, hilbert=hb.square(4)), "sector",
+     "whole patches"),
+    (lambda: CNN(sector={"momentum": [0, 0], "irrep": "A2"}, hilbert=hb.square(Lx=2, Ly=4)), "sector",
+     "holds no state"),
+    (lambda: CNN(sector={"momentum": [0, 0], "irrep": "E"}, hilbert=hb.square(4)), "sector.irrep", "A1, A2, B1, B2"),
+    (lambda: CNN(sector={"momentum": [4, 0], "irrep": "A1"}, hilbert=hb.square(4)), "sector.momentum", "0..3"),
+    (lambda: CNN(sector={"momentum": [0, 0], "irrep": "A1", "parity": 1}, hilbert=hb.square(4, total_sz=1)),
+     "sector.parity", "total_sz"),
+    (lambda: CNN(sector=Sector((0, 0), "A1", -1), hilbert=hb.square(4, total_sz=1)), "sector", "total_sz"),
+    (lambda: CNN(sector="B1", hilbert=hb.square(4)), "sector", "null, auto or"),
+    (lambda: CNN(sector="auto", hilbert=hb.square(4)), "sector", "resolved by the runner"),
+])
+def test_bad_sectors_are_one_sentence(make, key, words):
     with pytest.raises(ConfigError) as info:
-        symmetrize.check_keys("lattice", None, [1, 0], lattice)
-    assert info.value.key == "momentum"
-    with pytest.raises(ConfigError) as info:
-        symmetrize.check_keys("point_group", None, None, lattice)
-    assert info.value.key == "symmetries" and "lattice" in str(info.value)
-    perm_GxN, sign_G, weight_G = symmetrize.images(lattice, "lattice", -1, None)
-    assert perm_GxN.shape == (256, 16)
-    np.testing.assert_array_equal(perm_GxN[:128], lattice.space_group_GxN)
-    np.testing.assert_array_equal(sign_G, [1] * 128 + [-1] * 128)
-    np.testing.assert_array_equal(weight_G, [1] * 128 + [-1] * 128)
-    graph = symmetrize.lattice_of(hb.graph(3, [[0, 1], [1, 2]]))
-    np.testing.assert_array_equal(graph.space_group_GxN, [[0, 1, 2]])
-
-
-# --- symmetries=point: the space group at 1/T the cost, for translation-invariant models -------
-
-@pytest.mark.parametrize("make, n_point", [(lambda: hb.chain(6), 2), (lambda: hb.square(4), 8),
-                                           (lambda: hb.square(Lx=2, Ly=4), 2), (lambda: hb.triangular(3), 12),
-                                           (lambda: hb.honeycomb(2), 12)])
-def test_point_rows_are_one_per_coset_of_the_translations(make, n_point):
-    """(On the 2 x 4 torus the mirror x -> -x is the identity on two columns: 2 cosets, not 4.)"""
-    lattice = symmetrize.lattice_of(make())
-    point_PxN, group_GxN = lattice.point_group_PxN, lattice.space_group_GxN
-    assert point_PxN.shape == (n_point, lattice.n_sites) and len(group_GxN) == n_point * len(lattice.translations)
-    np.testing.assert_array_equal(point_PxN[0], np.arange(lattice.n_sites))
-    # every space-group element is exactly one translation after exactly one of the rows
-    products = {tuple(t[p].tolist()) for p in point_PxN for t in lattice.translations_TxN}
-    assert products == {tuple(g.tolist()) for g in group_GxN}
-
-
-@pytest.mark.parametrize("parity", [None, 1])
-@pytest.mark.parametrize("make", [
-    lambda h, s, p: RBMSymm(alpha=2, group="translations", symmetries=s, parity=p, param_dtype=jnp.complex128, hilbert=h),
-    lambda h, s, p: CNN(channels=2, depth=2, symmetries=s, parity=p, param_dtype=jnp.float64, hilbert=h)])
-def test_point_projection_of_a_translation_invariant_model_is_the_lattice_one(make, parity):
-    """log psi_point = log psi_lattice - log T on the 4x4 torus, for every configuration."""
-    hilbert = hb.square(4)
-    states = jnp.asarray(hb.all_states(hilbert._replace(total_sz=0.0))[::97])
-    point, full = make(hilbert, "point", parity), make(hilbert, "lattice", parity)
-    params = point.init(jax.random.PRNGKey(1), states[0])["params"]
-    params = jax.tree_util.tree_map(lambda x: 5 * x, params)
-    got = np.asarray(point.apply({"params": params}, states))
-    expected = np.asarray(full.apply({"params": params}, states)) - np.log(16)
-    assert np.ptp(got.real) > 1e-2
-    np.testing.assert_allclose(got.real, expected.real, atol=1e-10)
-    np.testing.assert_allclose(np.exp(1j * (got.imag - expected.imag)), 1.0, atol=1e-9)
-
-
-def test_point_projection_is_refused_where_the_model_is_not_translation_invariant():
-    with pytest.raises(ConfigError) as info:
-        ViT(patch_size=2, d_model=4, n_heads=2, symmetries="point", hilbert=hb.square(4))
-    assert info.value.key == "symmetries" and "translations" in str(info.value)
-    with pytest.raises(ConfigError):
-        CNN(channels=2, symmetries="point", hilbert=hb.square(4, pbc=False))
+        make()
+    assert info.value.key == key and words in info.value.message, info.value

@@ -87,7 +87,7 @@ def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name
     np.testing.assert_allclose(exact.ground_energy(ham, lattice), np.linalg.eigvalsh(H)[0], rtol=1e-10, atol=1e-10)
     v = np.random.default_rng(2).standard_normal(2**lattice.n_sites) + 1j * np.random.default_rng(3).standard_normal(2**lattice.n_sites)
     idx = basis_index(hb.all_states(lattice))
-    np.testing.assert_allclose(exact._matvec(ham, lattice)(v), H[np.ix_(idx, idx)] @ v, atol=1e-10)
+    np.testing.assert_allclose(exact.matvec_of(ham, lattice)(v), H[np.ix_(idx, idx)] @ v, atol=1e-10)
 
 
 @pytest.mark.parametrize("make", [
@@ -119,3 +119,67 @@ def test_required_bytes_and_build_refuses_exact_true_beyond_memory():
     assert info.value.key == "exact" and "GiB" in info.value.message
     build(compose_config(["hilbert.L=40", "exact=auto"]))
     build(compose_config(["hilbert.L=12", "exact=true"]))
+
+
+def dense_observables(lattice, H_full):
+    """The standard set and S(q) on every momentum in the ground vector of H_full restricted to
+    the lattice's space, from Kronecker products (independent of runner.physics)."""
+    from tests.dense import X, Z, site_op
+
+    n, idx = lattice.n_sites, basis_index(hb.all_states(lattice))
+    energies, vectors = np.linalg.eigh(H_full[np.ix_(idx, idx)])
+    assert energies[1] - energies[0] > 1e-6  # a unique ground state: its values are defined
+    psi = np.zeros(2**n, complex)
+    psi[idx] = vectors[:, 0]
+    expect = lambda op: float(np.real(np.vdot(psi, op @ psi)))  # noqa: E731 (P O P: psi is in the space)
+    Zs, Xs = [site_op(Z, i, n) for i in range(n)], [site_op(X, i, n) for i in range(n)]
+    bonds = [tuple(b) for b in lattice.bonds]
+    values = {
+        "magnetization_x": expect(sum(Xs)) / n,
+        "magnetization_z": expect(sum(Zs)) / n,
+        "mz2": expect(sum(Zs) @ sum(Zs)) / n**2,
+        "zz_nn": np.mean([expect(Zs[i] @ Zs[j]) for i, j in bonds]),
+        "xx_nn": np.mean([expect(Xs[i] @ Xs[j]) for i, j in bonds]),
+    }
+    sq = []
+    for q in np.asarray(lattice.momenta, float).reshape(-1, np.asarray(lattice.positions).shape[1]):
+        phase = np.exp(1j * np.asarray(lattice.positions, float) @ q)
+        fourier = sum(phase[i] * Zs[i] for i in range(n))
+        sq.append(expect(fourier.conj().T @ fourier) / n)
+    values["structure_factor_zz"] = max(sq)
+    return values, sq, [[expect(Zs[i] @ Zs[j]) for j in range(n)] for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "lattice,make_ham,make_dense",
+    [
+        (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, True),
+         lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.3)),
+        (hb.chain(8), lambda h: hamiltonians.ising(h, 1.0, 0.8), lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 0.8)),
+        (hb.chain(6, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, None),  # 20 states: dense
+         lambda h: dense_heisenberg(h.bonds, [], h.n_sites, 1.0, 0.0)),
+        (hb.square(Lx=2, Ly=3, pbc=False), lambda h: hamiltonians.ising(h, 1.0, 2.0),
+         lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 2.0)),
+    ],
+)
+def test_exact_observables_of_the_ground_vector_match_dense_diagonalisation(lattice, make_ham, make_dense):
+    from runner.physics import observables
+
+    ham = make_ham(lattice)  # the sign rule rotates the simulated basis; observables are the user's
+    energy, psi = exact.ground_state(ham, lattice)
+    assert energy == exact.ground_energy(ham, lattice)  # the energy of the same run, bit for bit
+    summary, correlations = observables.exact_values(observables.spin(lattice, ham), lattice, psi)
+    values, sq, zz = dense_observables(lattice, make_dense(lattice))
+    assert set(summary["exact_observables"]) == set(values)
+    for name, value in values.items():
+        assert summary["exact_observables"][name] == pytest.approx(value, abs=1e-8), name
+    np.testing.assert_allclose(correlations["exact_structure_factor"], sq, atol=1e-8)
+    np.testing.assert_allclose(correlations["exact_zz"], zz, atol=1e-8)
+
+
+def test_ritz_vector_is_an_eigenvector_to_the_vector_tolerance():
+    lattice = hb.square(L=4, total_sz=0)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)
+    energy, psi = exact.ground_state(ham, lattice)
+    residual = np.linalg.norm(exact.matvec_of(ham, lattice)(psi) - energy * psi)
+    assert np.linalg.norm(psi) == pytest.approx(1.0) and residual < 2 * exact.VECTOR_TOL * abs(energy)

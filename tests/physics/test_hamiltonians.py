@@ -337,7 +337,8 @@ def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(
         build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.sign_rule=false",
                               "hilbert.total_sz=0", "sampler=metropolis_exchange", "model=vit", "model.patch_size=2"]))
         build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.sign_rule=false",
-                              "hilbert.total_sz=0", "sampler=metropolis_exchange", "model=cnn", "model.parity=-1"]))
+                              "hilbert.total_sz=0", "sampler=metropolis_exchange", "model=cnn",
+                              "model.sector={momentum:[0,0],irrep:A1,parity:-1}"]))
     assert len([r for r in caplog.records if "stoquastic" in r.getMessage()]) == 1
 
 

@@ -1,0 +1,217 @@
+"""Group-convolutional network over the lattice's space group, projected onto a symmetry sector."""
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from models import symmetrize
+from models.common import check_param_dtype, log_cosh, normal, real_times
+from runner.errors import ConfigError
+from runner.physics import symmetry
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupTables:
+    """The space group as the GCNN reads it, in hashable tuples (flax clones the model).
+
+    Elements are the distinct site permutations of `runner.physics.symmetry.space_group` (on a
+    small torus two elements {R | t} may act alike; they are one element here), identity first.
+
+    Attributes:
+        n_sites: N.
+        perms: G rows of N site indices: (g s)_i = s_{perms[g][i]}.
+        product: G rows of G: product[g][h] = the element g h (site maps composed, h first:
+            perms[gh] = perms[g][perms[h]]; on configurations (g h) s = h (g s)).
+        inverse: G indices, g^-1.
+        little: the sector's little group (indices into `perms`), identity first.
+        chi: chi(g) of each element of `little` (complex).
+        parity: the sector's spin-flip parity, or None.
+        sector: the `Sector` these tables hold (None: the trivial one of the whole group).
+    """
+
+    n_sites: int
+    perms: tuple
+    product: tuple
+    inverse: tuple
+    little: tuple
+    chi: tuple
+    parity: int | None
+    sector: Any
+
+    @property
+    def n_elements(self) -> int:
+        return len(self.perms)
+
+    def perm_GxN(self) -> np.ndarray:
+        return np.asarray(self.perms, np.int32).reshape(-1, self.n_sites)
+
+    def conv_index_GxG(self) -> np.ndarray:
+        """[h, g] the index of h^-1 g: the kernel entry that takes feature h to feature g."""
+        product = np.asarray(self.product, np.int32)
+        return product[np.asarray(self.inverse)]
+
+    def weights_K(self) -> np.ndarray:
+        """complex128 [K] the output's weights chi(g)* over `little` (K = |G_k|), then, with a
+        parity, parity chi(g)* for the spin-flipped configurations."""
+        w = np.conj(np.asarray(self.chi, np.complex128))
+        return w if self.parity is None else np.concatenate([w, self.parity * w])
+
+
+def group_tables(perm_ExN, elements, chi, parity=None, sector=None) -> GroupTables:
+    """GroupTables from a space group's rows [E, N] (duplicates allowed, row 0 the identity) and
+    a sector's little group (indices into those rows) with its characters.
+
+    Raises:
+        ConfigError (sector): two elements that act alike carry different characters (no
+            state of the lattice lies in the sector), or the rows are not closed under products.
+    """
+    perm_ExN = np.asarray(perm_ExN, np.int64)
+    n = perm_ExN.shape[1]
+    rows, index_E = np.unique(perm_ExN, axis=0, return_inverse=True)
+    order = np.argsort([np.flatnonzero(index_E == r)[0] for r in range(len(rows))], kind="stable")
+    perm_GxN = rows[order]  # in order of first occurrence: the identity first
+    index_E = np.argsort(order)[index_E.reshape(-1)]
+    lookup = {tuple(p): g for g, p in enumerate(perm_GxN.tolist())}
+    try:
+        product = [[lookup[tuple(pg[ph].tolist())] for ph in perm_GxN] for pg in perm_GxN]
+        inverse = [lookup[tuple(np.argsort(pg).tolist())] for pg in perm_GxN]
+    except KeyError:
+        raise ConfigError("hilbert", "has a space group that is not closed under products") from None
+    little, chi_of = [], {}
+    for e, c in zip(np.asarray(elements).tolist(), np.asarray(chi, np.complex128).tolist()):
+        g = int(index_E[e])
+        if g in chi_of:
+            if abs(chi_of[g] - c) > 1e-9:
+                raise ConfigError("sector", "holds no state of this lattice: two symmetry elements act alike "
+                                            "on its sites but carry different characters")
+            continue
+        chi_of[g] = c
+        little.append(g)
+    return GroupTables(n, tuple(tuple(int(i) for i in p) for p in perm_GxN.tolist()),
+                       tuple(tuple(r) for r in product), tuple(inverse), tuple(little),
+                       tuple(complex(chi_of[g]) for g in little), parity, sector)
+
+
+def tables_of(hilbert, sector) -> tuple:
+    """(GroupTables, Sector or None) for the runner's Hilbert space and a sector: null (the
+    trivial character of the whole space group), a spec {momentum, irrep, parity} or a
+    `runner.physics.symmetry.Sector`. Idempotent: tables already built are checked and kept."""
+    if isinstance(hilbert, GroupTables):
+        if sector != hilbert.sector:
+            raise ConfigError("sector", f"differs from the one the group tables were built for ({hilbert.sector}); "
+                                        "build the model from the Hilbert space")
+        return hilbert, sector
+    if hilbert is None:
+        raise ConfigError("hilbert", "is required: this model is built on the lattice (the runner passes it)")
+    group = symmetry.space_group(hilbert)
+    if len(np.unique(group.perm_ExN, axis=0)) < 2:
+        raise ConfigError("hilbert", "has no space group beyond the identity (a graph, or a lattice this small): "
+                                     "the GCNN needs one")
+    if sector == "auto":
+        raise ConfigError("sector", "auto is resolved by the config builder; give null or "
+                                    "{momentum: [...], irrep: ..., parity: ...} when building the model directly")
+    if not isinstance(sector, symmetry.Sector):
+        sector = symmetry.parse_sector(sector, hilbert, key="sector", group=group)
+    if sector is None:
+        return group_tables(group.perm_ExN, np.arange(len(group.perm_ExN)), np.ones(len(group.perm_ExN))), None
+    try:
+        symmetry.check_fits(hilbert, sector)
+        elements, chi = symmetry.characters(group, sector)
+    except ValueError as err:
+        raise ConfigError("sector", f"does not fit this lattice: {err}") from None
+    return group_tables(group.perm_ExN, elements, chi, sector.parity, sector), sector
+
+
+def check_features(features) -> tuple:
+    """`features` as a tuple of positive integers, else ConfigError."""
+    if (not isinstance(features, (list, tuple)) or not features
+            or any(isinstance(f, bool) or not isinstance(f, int) or f < 1 for f in features)):
+        raise ConfigError("features", f"must be a non-empty list of positive integers, one per layer (got {features!r})")
+    return tuple(features)
+
+
+class GCNN(nn.Module):
+    """Group-convolutional network (Roth, Szabo, MacDonald, PRB 108, 054410 (2023)).
+
+    Features are functions on the space group G. The embedding lifts the spins to the group,
+    f1_c(g) = b_c + sum_i W_ci (g s)_i; each further layer is a group convolution
+    f_c'(g) = b_c' + sum_{h, c} W_cc'(h^-1 g) x_c(h), x = log_cosh(f) of the layer before. Every
+    layer is equivariant: f(h s)(g) = f(s)(h g). The last layer's log_cosh features are read out
+    per element, phi(g) = sum_c a_c log_cosh(f_c(g)), and projected onto the sector:
+    psi(s) = sum_{g in G_k} chi(g)* exp(phi_s(g)) (plus parity times the same on -s), so
+    psi(h s) = chi(h) psi(s) on the little group G_k and psi(-s) = parity psi(s). Sector null:
+    chi = 1 on the whole space group (a fully symmetric state), no spin-flip projection.
+    """
+
+    features: tuple = (8, 8)
+    """Features per layer: the embedding's, then one per group convolution (n_layers = length)."""
+    sector: Any = None
+    """Symmetry sector of psi: null (trivial over the whole space group), a spec {momentum: [m1, m2],
+    irrep: B1, parity: 1} (parity optional), or a `runner.physics.symmetry.Sector`."""
+    param_dtype: Any = jnp.float64
+    """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
+    hilbert: Any = None
+    """The lattice (given by the runner); held as the space group's `GroupTables`."""
+
+    holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
+
+    def __post_init__(self):
+        object.__setattr__(self, "features", check_features(self.features))
+        check_param_dtype(self.param_dtype)
+        tables, sector = tables_of(self.hilbert, self.sector)
+        object.__setattr__(self, "hilbert", tables)
+        object.__setattr__(self, "sector", sector)
+        super().__post_init__()
+
+    def setup(self):
+        tables, features = self.hilbert, self.features
+        n, n_elements = tables.n_sites, tables.n_elements
+        self.kernel0 = self.param("kernel0", normal(1 / math.sqrt(n)), (n, features[0]), self.param_dtype)
+        self.bias0 = self.param("bias0", normal(0.01), (features[0],), self.param_dtype)
+        kernels, biases = [], []
+        for layer in range(1, len(features)):
+            # The last convolution starts small too: log psi nearly flat at any depth.
+            gain = (0.1 if layer == len(features) - 1 else 1.0) / math.sqrt(n_elements * features[layer - 1])
+            kernels.append(self.param(f"kernel{layer}", normal(gain), (n_elements, features[layer - 1], features[layer]),
+                                      self.param_dtype))
+            biases.append(self.param(f"bias{layer}", normal(0.01), (features[layer],), self.param_dtype))
+        self.kernels, self.biases = kernels, biases
+        # A small readout: log psi starts nearly flat (the samples spread over the space).
+        self.readout = self.param("readout", normal(0.1 / math.sqrt(features[-1])), (features[-1],), self.param_dtype)
+
+    def features_xGxC(self, sigma_xN, n_layers: int | None = None, elements=None):
+        """The features f of layer `n_layers` (1 to len(features), default the last), before
+        log_cosh, at `elements` (indices into the group, default all) [..., G, C]."""
+        tables = self.hilbert
+        n, n_elements = tables.n_sites, tables.n_elements
+        lead = sigma_xN.shape[:-1]
+        last = len(self.features) if n_layers is None else n_layers
+        out = np.arange(n_elements) if elements is None else np.asarray(elements)
+        inverse_GxN = np.argsort(tables.perm_GxN(), axis=1)[out if last == 1 else slice(None)]
+        # f1_c(g) = sum_i W_ci s_{perm_g(i)} = sum_j s_j W_c,perm_g^-1(j): one product with W
+        # expanded to [N, G C].
+        expanded_NxGC = jnp.swapaxes(self.kernel0[inverse_GxN], 0, 1).reshape(n, -1)
+        f = real_times(sigma_xN.reshape(-1, n).astype(jnp.real(self.kernel0).dtype), expanded_NxGC)
+        f = f.reshape(f.shape[0], len(inverse_GxN), -1) + self.bias0
+        index_GxG = tables.conv_index_GxG()  # [h, g]: h^-1 g
+        for layer in range(1, last):
+            kernel, columns = self.kernels[layer - 1], index_GxG[:, out] if layer == last - 1 else index_GxG
+            # The convolution as one product with the [G C_in, G' C_out] matrix of W(h^-1 g).
+            matrix = jnp.transpose(kernel[columns], (0, 2, 1, 3)).reshape(n_elements * kernel.shape[1], -1)
+            x = log_cosh(f).reshape(f.shape[0], -1)
+            f = (x @ matrix).reshape(f.shape[0], columns.shape[1], -1) + self.biases[layer - 1]
+        return f.reshape(*lead, *f.shape[1:])
+
+    def __call__(self, sigma_xN):
+        tables = self.hilbert
+        if tables.parity is not None:
+            sigma_xN = jnp.stack([sigma_xN, -sigma_xN], axis=-2)  # [..., 2, N]
+        # Only the little group's features enter psi: the last layer computes those alone.
+        phi_xK = log_cosh(self.features_xGxC(sigma_xN, elements=tables.little)) @ self.readout
+        if tables.parity is not None:
+            phi_xK = phi_xK.reshape(*phi_xK.shape[:-2], -1)  # [..., 2 K]: s first, then -s
+        return symmetrize.log_weighted_sum(phi_xK, tables.weights_K())

@@ -1,0 +1,93 @@
+"""The `task` group: what a run does (find a ground state, or evolve a state in time), read and
+checked into plain values before anything compiles."""
+
+import dataclasses
+
+from runner.core import integrators
+from runner.core.tdvp import TDVP, tdvp
+from runner.errors import ConfigError, require_choice, require_number
+
+GROUND_STATE, DYNAMICS = "ground_state", "dynamics"
+INTEGRATORS = ("euler", "heun", "rk4", "rk23", "rk45")
+ADAPTIVE = ("rk23", "rk45")
+PROPAGATIONS = ("real", "imaginary")
+INITIAL_STATES = ("plus_x", "init_from")
+DYNAMICS_KEYS = ("name", "t_end", "dt", "integrator", "atol", "rtol", "dt_min", "dt_max", "save_every",
+                 "propagation", "diag_shift", "rcond", "snr_cutoff", "initial_state")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dynamics:
+    """A time evolution: integrate the TDVP from the initial state to t_end, measuring every save_every."""
+
+    t_end: float
+    save_every: float
+    integrator: integrators.Integrator
+    equation: TDVP
+    initial_state: str  # plus_x | init_from
+
+    @property
+    def real_time(self) -> bool:
+        return self.equation.real_time
+
+    def save_times(self) -> list[float]:
+        """The saved times: 0, save_every, 2 save_every, ... and t_end (each a product k * save_every,
+        never a running sum, so a longer run passes through the same times)."""
+        times, k = [0.0], 1
+        while k * self.save_every < self.t_end * (1 - 1e-12):
+            times.append(k * self.save_every)
+            k += 1
+        if self.t_end > 0:
+            times.append(self.t_end)
+        return times
+
+
+def _integrator(node: dict) -> integrators.Integrator:
+    name = require_choice("task.integrator", node.get("integrator"), INTEGRATORS)
+    dt = node.get("dt")
+    try:
+        if name in ADAPTIVE:
+            return getattr(integrators, name)(dt, atol=node.get("atol"), rtol=node.get("rtol"),
+                                              dt_min=node.get("dt_min"), dt_max=node.get("dt_max"))
+        return getattr(integrators, name)(dt)
+    except ConfigError as err:
+        raise ConfigError(f"task.{err.key}", err.message) from None
+
+
+def read(node) -> Dynamics | None:
+    """The task of a config's `task` node: None for a ground-state run (the default, also when the
+    node is missing: a run directory written before tasks existed), else a checked `Dynamics`.
+
+    Raises:
+        ConfigError: naming the first bad `task.key`.
+    """
+    if node is None:
+        return None
+    if not isinstance(node, dict):
+        raise ConfigError("task", f"must be a config group such as task=dynamics (got {node!r})")
+    name = require_choice("task.name", node.get("name"), (GROUND_STATE, DYNAMICS))
+    if name == GROUND_STATE:
+        extra = sorted(set(node) - {"name"})
+        if extra:
+            raise ConfigError(f"task.{extra[0]}", "is not a key of task=ground_state")
+        return None
+    unknown = sorted(set(node) - set(DYNAMICS_KEYS))
+    if unknown:
+        raise ConfigError(f"task.{unknown[0]}", f"is not a key of task=dynamics; its keys are: {', '.join(DYNAMICS_KEYS)}")
+    t_end = require_number("task.t_end", node.get("t_end"), nonnegative=True)
+    save_every = require_number("task.save_every", node.get("save_every"), positive=True)
+    integrator = _integrator(node)
+    propagation = require_choice("task.propagation", node.get("propagation"), PROPAGATIONS)
+    try:
+        equation = tdvp(real_time=propagation == "real", diag_shift=node.get("diag_shift"), rcond=node.get("rcond"),
+                        snr_cutoff=node.get("snr_cutoff"))
+    except ConfigError as err:
+        raise ConfigError(f"task.{err.key}", err.message) from None
+    initial_state = require_choice("task.initial_state", node.get("initial_state"), INITIAL_STATES)
+    return Dynamics(t_end, save_every, integrator, equation, initial_state)
+
+
+def is_default(node) -> bool:
+    """Whether a config's `task` node is the default ground-state task (left out of fingerprints,
+    so runs from before tasks existed keep theirs)."""
+    return node is None or node == {"name": GROUND_STATE}

@@ -1,0 +1,86 @@
+"""Energies of K states from one determinant of K configurations (natural excited states).
+
+With Psi_ij(x) = psi_i(x_j) and (H Psi)_ij(x) = (H psi_i)(x_j), the local energy matrix
+M(x) = (H Psi)(x) Psi(x)^-1 has trace sum_j H_j det Psi / det Psi (the determinant's local energy
+under sum_j H_j, Cramer's rule) and, where psi_1..psi_K span K eigenstates, equals C diag(E) C^-1
+at every x (zero variance). The energies are the eigenvalues of M's mean over samples of
+|det Psi|^2; their error bars (and the gaps', which share the samples) come from a jackknife
+over the independent chains.
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from runner.core import local_energy
+from runner.physics.pauli import PauliSum
+
+
+def state_local_energies(ham: PauliSum, each_fn: Callable, params, sigma_N):
+    """(log psi_i(sigma) [K], E_loc of every state at sigma [K]), with `each_fn(params, sigma_xN)`
+    giving log psi of the K states [..., K]: one evaluation of the K states per connected
+    configuration."""
+    sigmap_CxN, mel_C, diag = local_energy.connected(ham, sigma_N)
+    l_K = each_fn(params, sigma_N)
+    if ham.n_connected == 0:
+        return l_K, jnp.broadcast_to(diag, l_K.shape).astype(jnp.result_type(diag, l_K))
+    ratio_KxC = jnp.exp(each_fn(params, sigmap_CxN) - l_K[None, :]).T
+    return l_K, local_energy.sum_elements(diag, mel_C[None, :], ratio_KxC)
+
+
+def local_matrix(ham: PauliSum, each_fn: Callable, params, x_KxN):
+    """M(x) = (H Psi) Psi^-1 [K, K] at the K configurations x [K, N] of one sample.
+
+    Psi is scaled row by row (state by state) before it is inverted: M_ik = e^(r_i - r_k) N_ik
+    with N the matrix of the scaled rows, r_i the largest log |psi_i(x_j)| over j."""
+    L_KxK, E_KxK = jax.vmap(lambda s: state_local_energies(ham, each_fn, params, s))(x_KxN)
+    L_KxK, E_KxK = L_KxK.T, E_KxK.T  # [state i, configuration j]
+    r_K = jax.lax.stop_gradient(jnp.max(jnp.real(L_KxK), axis=-1))
+    phi_KxK = jnp.exp(L_KxK - r_K[:, None])
+    n_KxK = jnp.linalg.solve(phi_KxK.T, (phi_KxK * E_KxK).T).T
+    return n_KxK * jnp.exp(r_K[:, None] - r_K[None, :])
+
+
+def local_matrices(ham: PauliSum, each_fn: Callable, params, sigma_CxTxM, n_states: int):
+    """M(x) [C, T, K, K] of every sample (each of K N sites)."""
+    x_CxTxKxN = sigma_CxTxM.reshape(*sigma_CxTxM.shape[:-1], n_states, -1)
+    one = lambda x: local_matrix(ham, each_fn, params, x)  # noqa: E731
+    return jax.vmap(jax.vmap(one))(x_CxTxKxN)
+
+
+class Levels(NamedTuple):
+    """The K energies (ascending) and the gaps above the lowest, each with its error bar."""
+
+    energies: np.ndarray  # [K]
+    energy_errors: np.ndarray  # [K]; NaN with one chain
+    gaps: np.ndarray  # [K-1], E_k - E_0
+    gap_errors: np.ndarray  # [K-1]
+
+
+def _levels(m_KxK) -> np.ndarray:
+    return np.sort(np.linalg.eigvals(m_KxK).real)
+
+
+def levels(m_CxTxKxK, w_CxT=None, exact: bool = False) -> Levels:
+    """Energies from the local matrices of samples [C, T] (weights w: a full sum's or importance
+    weights; None: plain means): the eigenvalues of the mean matrix, with jackknife error bars
+    over the chains (leave one chain out); zero error bars for a full sum (`exact`)."""
+    m = np.asarray(m_CxTxKxK)
+    n_chains = m.shape[0]
+    w = np.full(m.shape[:2], 1.0) if w_CxT is None else np.asarray(w_CxT, float)
+    sums_CxKxK = np.einsum("ct,ctij->cij", w, m)
+    weight_C = w.sum(axis=1)
+    energies = _levels(sums_CxKxK.sum(0) / weight_C.sum())
+    errors = np.full(energies.shape, np.nan)
+    gap_errors = np.full(energies.shape[0] - 1, np.nan)
+    if exact:
+        errors, gap_errors = np.zeros_like(errors), np.zeros_like(gap_errors)
+    elif n_chains > 1:
+        rest = np.array([_levels((sums_CxKxK.sum(0) - sums_CxKxK[c]) / (weight_C.sum() - weight_C[c]))
+                         for c in range(n_chains)])
+        spread = lambda v: np.sqrt((n_chains - 1) / n_chains * np.sum((v - v.mean(0)) ** 2, axis=0))  # noqa: E731
+        errors = spread(rest)
+        gap_errors = spread(rest[:, 1:] - rest[:, :1])
+    return Levels(energies, errors, energies[1:] - energies[0], gap_errors)

@@ -1,0 +1,76 @@
+"""The exact levels by symmetry sector (spectrum.json) and the summary's sector fields: which
+sector holds the ground state, which sector the run's model is in, and the lowest level it can
+reach there."""
+
+import json
+import logging
+
+import jax
+import jax.numpy as jnp
+
+from runner.diagnostics import sectors
+from runner.lifecycle import rundir
+from runner.parallel import distributed, mesh
+from runner.physics import spectrum, symmetry
+from runner.physics.exact import wants_exact
+
+log = logging.getLogger(__name__)
+
+SPECTRUM_MAX_STATES = 2**16  # a model without a sector gets the spectrum by sector up to this many states
+FIELDS = ("exact_sector", "sector", "sector_exact_energy", "sector_relative_error")
+
+
+def exact_spectrum(experiment):
+    """(`runner.physics.spectrum.Spectrum`, (ground sector or None, ground energy)) where the exact
+    solver runs on a lattice with a space group whose symmetry the Hamiltonian has, and the model
+    has a sector or the space holds at most SPECTRUM_MAX_STATES states; else None."""
+    hilbert = experiment.hilbert
+    if not wants_exact(experiment.settings.exact, hilbert) or hilbert.space_group is None:
+        return None
+    if experiment.sector is None and hilbert.n_states > SPECTRUM_MAX_STATES:
+        return None
+    try:
+        result = spectrum.spectrum(experiment.hamiltonian, hilbert)
+    except ValueError as err:  # a Hamiltonian without the lattice's symmetry has no sectors
+        log.info("no spectrum by sector: %s", err)
+        return None
+    return result, spectrum.ground_sector(experiment.hamiltonian, hilbert, result)
+
+
+def measured_eigenvalues(experiment, state, group: symmetry.SpaceGroup):
+    """`runner.diagnostics.sectors.measure` on the chains' configurations at `state`'s parameters."""
+    log_psi = jax.jit(experiment.problem.logpsi)
+    params = mesh.to_host(state.params)  # host copies: evaluated locally on every process alike
+    return sectors.measure(lambda s: log_psi(params, jnp.asarray(s)),
+                           mesh.to_host(state.chains.sigma_CxN), group, bool(symmetry.parities(experiment.hilbert)))
+
+
+def fields(experiment, state, found, exact_energy) -> dict:
+    """The summary's sector fields (`FIELDS`), each None where unknown; `found` is
+    `exact_spectrum`'s result."""
+    sector = experiment.sector.name if experiment.sector is not None else None
+    out = dict.fromkeys(FIELDS)
+    out["sector"] = sector
+    if found is None or exact_energy is None:
+        return out
+    result, (ground, _) = found
+    group = symmetry.space_group(experiment.hilbert)
+    c_E, flip = measured_eigenvalues(experiment, state, group)
+    reach = sectors.reachable_energy(result, group, c_E, flip)
+    out["exact_sector"] = ground.name if ground is not None else None
+    out["sector_exact_energy"] = exact_energy if reach is None else reach
+    return out
+
+
+def relative_error(out: dict, energy) -> dict:
+    """`out` with sector_relative_error: the energy's against sector_exact_energy."""
+    e_s = out.get("sector_exact_energy")
+    if energy is not None and e_s:
+        out["sector_relative_error"] = abs(energy - e_s) / abs(e_s)
+    return out
+
+
+def write(run_dir, found) -> None:
+    """Process 0 writes spectrum.json (`runner.physics.spectrum.to_json`) when there is a spectrum."""
+    if found is not None and distributed.is_main():
+        (run_dir / rundir.SPECTRUM).write_text(json.dumps(spectrum.to_json(*found), indent=1) + "\n")

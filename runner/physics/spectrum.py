@@ -1,0 +1,258 @@
+"""The exact spectrum per symmetry sector: H as a sparse matrix in each sector's basis of projected
+orbit representatives (`runner.physics.symmetry` gives the sectors and conventions).
+
+The little group G_k (with the spin flip F when sectors carry a parity) splits the configurations
+into orbits, each represented by r, its smallest code. A sector's basis vector of orbit O_r is
+
+    |r~> = |O_r|^{-1/2} sum_{s in O_r} chi(g_s)* |s>,    g_s s = r,
+
+which is sqrt(|O_r|) P|r>; an orbit whose stabiliser the character does not fix gives no vector.
+As P U(g) = chi(g) P and H commutes with U(g),
+
+    <r~|H|r'~> = sum over the configurations s' = r flipped by a mask of H with g_s' s' = r'
+                 of <r|H|s'> chi(g_s')* sqrt(|O_r| / |O_r'|),
+
+so only the representatives' elements are needed (`pauli.elements_np`), about D / |G_k| rows.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import eigsh
+
+from runner.physics import exact
+from runner.physics.hilbert import Hilbert, codes_to_states
+from runner.physics.pauli import PauliSum, elements_np, not_invariant_under
+from runner.physics.symmetry import (
+    Sector,
+    SpaceGroup,
+    basis_codes,
+    characters,
+    check_fits,
+    image_codes,
+    parities,
+    sectors,
+    space_group,
+    star,
+    with_2d_irreps,
+)
+
+# Sectors up to this dimension are diagonalised densely (all levels at once).
+_DENSE_MAX = 600
+
+
+class _Orbits(NamedTuple):
+    """The orbits of the little group G' (elements e, then e F when `flip`) on the basis.
+
+    rep_D: position of each configuration's representative in `reps_R`; arg_D: the element g
+    with g s = r (index into G'); stab_GxR: whether each element fixes each representative.
+    """
+
+    codes_D: np.ndarray
+    rep_D: np.ndarray
+    arg_D: np.ndarray
+    reps_R: np.ndarray
+    stab_GxR: np.ndarray
+
+
+def _orbits(codes_D, perm_ExN, n_sites: int, flip: bool) -> _Orbits:
+    """The orbits of the elements perm_ExN (and their products with the flip when `flip`) on the
+    configurations codes_D (sorted), each represented by its smallest code."""
+    mask = (1 << n_sites) - 1
+    variants = (0, mask) if flip else (0,)
+    best, arg = codes_D.copy(), np.zeros(len(codes_D), np.int32)
+    images = []
+    for e, perm in enumerate(perm_ExN):
+        image = image_codes(codes_D, perm, n_sites)
+        for f, x in enumerate(variants):
+            better = (image ^ x) < best
+            best[better] = (image ^ x)[better]
+            arg[better] = e + f * len(perm_ExN)
+    reps = codes_D[best == codes_D]
+    for f, x in enumerate(variants):
+        images += [image_codes(reps, perm, n_sites) ^ x for perm in perm_ExN]
+    return _Orbits(codes_D, np.searchsorted(reps, best), arg, reps, np.stack(images) == reps)
+
+
+def _index(codes_D, targets) -> np.ndarray:
+    """Positions of `targets` in the sorted codes; ValueError where one is missing."""
+    pos = np.minimum(np.searchsorted(codes_D, targets), len(codes_D) - 1)
+    if not np.all(codes_D[pos] == targets):
+        raise ValueError("the Hamiltonian leaves the Sz sector")
+    return pos
+
+
+def _connections(hamiltonian: PauliSum, orbits: _Orbits, n_sites: int):
+    """(diag [R], rows, cols, args, elements): each representative's nonzero off-diagonal
+    elements <r|H|s'>, with s' by its representative (col) and the element g_s' (arg)."""
+    diag, groups = elements_np(hamiltonian, codes_to_states(orbits.reps_R, n_sites))
+    rows, targets, mels = [], [], []
+    for group, mel_RxK in groups:
+        for k, sites in enumerate(group.flip_sites):
+            mask = sum(1 << (n_sites - 1 - int(s)) for s in sites)
+            r = np.nonzero(np.abs(mel_RxK[:, k]) > 0)[0]
+            rows.append(r)
+            targets.append(_index(orbits.codes_D, orbits.reps_R[r] ^ mask))
+            mels.append(mel_RxK[r, k])
+    rows, targets = (np.concatenate(x) if x else np.zeros(0, int) for x in (rows, targets))
+    mels = np.concatenate(mels) if mels else np.zeros(0)
+    return diag, rows, orbits.rep_D[targets], orbits.arg_D[targets], mels
+
+
+def _full_characters(group: SpaceGroup, sector: Sector, flip: bool):
+    """(elements of G_k, chi over G' = G_k then G_k F)."""
+    elements, chi = characters(group, sector)
+    return elements, np.concatenate([chi, (sector.parity or 0) * chi]) if flip else chi
+
+
+def _kept(orbits: _Orbits, chi_G):
+    """(which orbits give a basis vector [R], orbit sizes [R])."""
+    stab = orbits.stab_GxR
+    kept = np.abs(np.conj(chi_G) @ stab) > 0.5  # |Stab| where chi is 1 on it, else 0
+    return kept, len(chi_G) / stab.sum(axis=0)
+
+
+def _sector_matrix(connections, orbits: _Orbits, chi_G):
+    """H in the sector's basis, sparse [d, d]."""
+    diag, rows, cols, args, mels = connections
+    kept, size = _kept(orbits, chi_G)
+    new = np.cumsum(kept) - 1
+    keep = kept[rows] & kept[cols]
+    phase = np.conj(chi_G[args[keep]])
+    if np.isrealobj(mels) and np.max(np.abs(chi_G.imag)) < 1e-12:
+        phase = phase.real  # real characters and elements: a real symmetric matrix
+    values = mels[keep] * phase * np.sqrt(size[rows[keep]] / size[cols[keep]])
+    d = int(kept.sum())
+    off = sp.coo_matrix((values, (new[rows[keep]], new[cols[keep]])), shape=(d, d))
+    return (off + sp.diags(diag[kept])).tocsr()
+
+
+def sector_basis(hilbert: Hilbert, sector: Sector, group: SpaceGroup | None = None):
+    """The sector's orthonormal basis as a sparse complex [D, d] matrix on `all_states(hilbert)`
+    (columns |r~> in the order of their representatives' codes; P = B B^dagger)."""
+    check_fits(hilbert, sector)
+    group = space_group(hilbert) if group is None else group
+    flip = sector.parity is not None
+    elements, chi_G = _full_characters(group, sector, flip)
+    orbits = _orbits(basis_codes(hilbert), group.perm_ExN[elements], hilbert.n_sites, flip)
+    kept, size = _kept(orbits, chi_G)
+    new = np.cumsum(kept) - 1
+    rows = np.nonzero(kept[orbits.rep_D])[0]
+    rep = orbits.rep_D[rows]
+    values = np.conj(chi_G[orbits.arg_D[rows]]) / np.sqrt(size[rep])
+    return sp.csr_matrix((values, (rows, new[rep])), shape=(len(orbits.codes_D), int(kept.sum())))
+
+
+def commutes_with_flip(hamiltonian: PauliSum) -> bool:
+    """Whether H commutes with the spin flip prod_i X_i: every string has an even number of Y and Z."""
+    return all((ops.count("Y") + ops.count("Z")) % 2 == 0 for _, ops, _ in hamiltonian.terms)
+
+
+def check_symmetric(hamiltonian: PauliSum, group: SpaceGroup, flip: bool) -> None:
+    """ValueError unless H commutes with every element of `group` (and the flip when `flip`)."""
+    e = not_invariant_under(hamiltonian, group.perm_ExN)
+    if e is not None:
+        raise ValueError(f"the Hamiltonian does not commute with space-group element {e} (point operation "
+                         f"{group.op_E[e]}, shift {tuple(int(x) for x in group.shift_ExD[e])}): sectors need an H with the "
+                         f"lattice's symmetry")
+    if flip and not commutes_with_flip(hamiltonian):
+        raise ValueError("the Hamiltonian does not commute with the spin flip: use parity=False")
+
+
+def lowest_levels(matrix, n_levels: int | None) -> list:
+    """The lowest `n_levels` eigenvalues (all with None) of a sparse Hermitian matrix, ascending."""
+    d = matrix.shape[0]
+    if d == 0:
+        return []
+    if n_levels is None or d <= _DENSE_MAX or n_levels >= d - 1:
+        values = np.linalg.eigvalsh(matrix.toarray())
+    else:
+        v0 = np.random.default_rng(0).standard_normal(d)
+        values = np.sort(eigsh(matrix, k=n_levels, which="SA", v0=v0, return_eigenvectors=False))
+    return [float(x) for x in values[:n_levels]]
+
+
+class Spectrum(NamedTuple):
+    """The lowest levels of every 1-D sector, one momentum per star.
+
+    Attributes:
+        levels: Sector -> its lowest levels, ascending ([] for an empty sector).
+        dims: Sector -> the sector's dimension.
+        star_sizes: Sector -> the number of momenta in its star (sectors degenerate with it).
+        n_states: dimension of the space (`hilbert.n_states`).
+        with_2d_irreps: {momentum: little co-group} where 2-D irreps hold states of no sector.
+    """
+
+    levels: dict
+    dims: dict
+    star_sizes: dict
+    n_states: int
+    with_2d_irreps: dict
+
+    @property
+    def uncovered_states(self) -> int:
+        """States in no listed sector: those of 2-D irreps (0 when the 1-D sectors span the space)."""
+        return self.n_states - sum(self.dims[s] * self.star_sizes[s] for s in self.dims)
+
+
+def spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None = 1, parity: bool | None = None) -> Spectrum:
+    """The lowest `n_levels` levels (all with None) of every 1-D sector of `hilbert`.
+
+    Args:
+        hamiltonian: a Pauli sum that commutes with the lattice's space group (ValueError otherwise).
+        hilbert: the lattice and its Sz sector.
+        n_levels: levels per sector, or None for all.
+        parity: split by spin-flip parity: None where total_sz is null or 0 and H commutes with
+            the flip, True to require it, False never.
+    """
+    group = space_group(hilbert)
+    if parity is None:
+        parity = bool(parities(hilbert)) and commutes_with_flip(hamiltonian)
+    check_symmetric(hamiltonian, group, parity)
+    listed = sectors(hilbert, parity=parity, group=group)
+    codes, n = basis_codes(hilbert), hilbert.n_sites
+    levels, dims, stars = {}, {}, {}
+    for momentum in sorted({s.momentum for s in listed}):
+        at_k = [s for s in listed if s.momentum == momentum]
+        elements, _ = characters(group, at_k[0])
+        orbits = _orbits(codes, group.perm_ExN[elements], n, parity)
+        connections = _connections(hamiltonian, orbits, n)
+        for sector in at_k:
+            matrix = _sector_matrix(connections, orbits, _full_characters(group, sector, parity)[1])
+            levels[sector] = lowest_levels(matrix, n_levels)
+            dims[sector] = matrix.shape[0]
+            stars[sector] = len(star(group, momentum))
+    return Spectrum(levels, dims, stars, hilbert.n_states, with_2d_irreps(group))
+
+
+def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | None = None, rtol: float = 1e-9):
+    """(the sector holding the ground state, its energy): the sector of lowest level; None, with
+    the ground energy from `exact.ground_energy`, when a 2-D irrep lies lower than every listed
+    sector. Of degenerate sectors, the first in `result.levels`' order."""
+    result = spectrum(hamiltonian, hilbert) if result is None else result
+    filled = {s: v[0] for s, v in result.levels.items() if v}
+    best = min(filled, key=filled.get)
+    if result.uncovered_states:
+        energy = exact.ground_energy(hamiltonian, hilbert)
+        if energy < filled[best] - rtol * abs(energy):
+            return None, energy
+    return best, filled[best]
+
+
+def to_json(result: Spectrum, ground=None) -> dict:
+    """A JSON-able form: levels (sector name -> lowest levels), dims, star sizes, the states of
+    2-D irreps left out and where they lie, and the ground sector (name or None) and energy when
+    `ground` is given."""
+    out = {
+        "levels": {s.name: list(v) for s, v in result.levels.items()},
+        "dims": {s.name: int(d) for s, d in result.dims.items()},
+        "star_sizes": {s.name: int(m) for s, m in result.star_sizes.items()},
+        "n_states": int(result.n_states),
+        "uncovered_states": int(result.uncovered_states),
+        "with_2d_irreps": {f"k=({','.join(str(m) for m in k)})": name for k, name in result.with_2d_irreps.items()},
+    }
+    if ground is not None:
+        out["ground_sector"] = None if ground[0] is None else ground[0].name
+        out["ground_energy"] = float(ground[1])
+    return out

@@ -1,0 +1,71 @@
+"""The task group: ground_state leaves the fingerprint as it was, dynamics composes and builds, and
+each bad value is a ConfigError naming its key (the plus_x check of a model: tests/lifecycle/test_dynamics.py)."""
+
+import pytest
+
+from runner.config import fingerprint
+from runner.config.build import build
+from runner.config.task import read
+from runner.core import integrators
+from runner.errors import ConfigError
+from tests.config.test_build import compose_config
+from tests.conftest import run_cli
+
+
+def test_ground_state_is_the_default_and_leaves_the_fingerprint_unchanged():
+    config = compose_config()
+    assert config["task"] == {"name": "ground_state"}
+    assert build(config).settings.task is None
+    flat = fingerprint.of(config)
+    assert not [k for k in flat if k.startswith("task")]
+    without = {k: v for k, v in config.items() if k != "task"}  # a run directory from before tasks existed
+    assert fingerprint.digest(fingerprint.of(without)) == fingerprint.digest(flat)
+    assert fingerprint.digest(fingerprint.of(compose_config(["task=dynamics"]))) != fingerprint.digest(flat)
+
+
+@pytest.mark.parametrize("integrator", ["euler", "heun", "rk4", "rk23", "rk45"])
+def test_dynamics_composes_and_builds(integrator):
+    task = build(compose_config(["task=dynamics", f"task.integrator={integrator}"])).settings.task
+    assert task.integrator.tableau is getattr(integrators, integrator.upper())
+    assert (task.integrator.controller is not None) == (integrator in ("rk23", "rk45"))
+    assert task.real_time and task.initial_state == "plus_x"
+
+
+def test_save_times_are_multiples_of_save_every_and_end_at_t_end():
+    task = read({**compose_config(["task=dynamics"])["task"], "t_end": 0.35, "save_every": 0.1})
+    assert task.save_times() == [0.0, 0.1, 0.2, 0.1 * 3, 0.35]
+    assert read({**compose_config(["task=dynamics"])["task"], "t_end": 0.0}).save_times() == [0.0]
+
+
+@pytest.mark.parametrize("override,key", [
+    ("task.dt=0", "task.dt"),
+    ("task.dt=-0.1", "task.dt"),
+    ("task.t_end=-1", "task.t_end"),
+    ("task.integrator=leapfrog", "task.integrator"),
+    ("task.propagation=complex", "task.propagation"),
+    ("task.save_every=0", "task.save_every"),
+    ("task.initial_state=neel", "task.initial_state"),
+    ("task.initial_state=init_from", "task.initial_state"),
+    ("task.rcond=2", "task.rcond"),
+    ("task.snr_cutoff=-1", "task.snr_cutoff"),
+    ("+task.typo=1", "task.typo"),
+])
+def test_bad_values_name_their_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        build(compose_config(["task=dynamics", override]))
+    assert err.value.key == key
+
+
+def test_adaptive_bounds_are_checked():
+    with pytest.raises(ConfigError, match="task.dt_min"):
+        build(compose_config(["task=dynamics", "task.integrator=rk45", "task.dt_min=1", "task.dt_max=0.5"]))
+
+
+@pytest.mark.slow
+def test_cli_refuses_plus_x_for_a_model_that_cannot_be_uniform(tmp_path, repo):
+    """An odd spin-flip parity projects the uniform state to zero: exit 2 with one sentence, before compiling."""
+    proc = run_cli(["task=dynamics", "hilbert.L=4", "model=rbm_symm",
+                    "model.sector={momentum: [0], irrep: \"A'\", parity: -1}", f"hydra.run.dir={tmp_path / 'run'}"],
+                   cwd=repo)
+    assert proc.returncode == 2, proc.stderr
+    assert "Config error: task.initial_state is plus_x, which the model RBMSymm cannot represent" in proc.stderr

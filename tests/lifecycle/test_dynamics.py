@@ -1,0 +1,220 @@
+"""task=dynamics: a quench against exact dynamics from Kronecker products, resume bit for bit, the
+same numbers on 1 and 4 devices, one trace of the time derivative per run, the plus_x check."""
+
+import json
+from types import SimpleNamespace
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+from models import Jastrow
+from runner import app
+from runner.config.build import build
+from runner.config.task import read
+from runner.core import precond
+from runner.core import sampler as smp
+from runner.core.problem import Problem
+from runner.errors import ConfigError
+from runner.lifecycle import checkpoint, load
+from runner.lifecycle import dynamics as dyn
+from runner.parallel import mesh
+from runner.physics import hamiltonians
+from runner.physics import hilbert as hb
+from tests.config.test_build import compose_config
+from tests.conftest import REPO, run_cli
+from tests.dense import X, Y, Z, basis_index, dense_ising, site_op
+
+N, H_QUENCH = 6, 0.5
+# M_x = (1/N) sum X_i, and sum over bonds Y_i Z_j: odd under time reversal, so a wrong sign of i flips it.
+OBSERVABLES = ["observables=custom", "~observables.operators",
+               (f"+observables.operators={{mx: [{{coeff: {1 / N!r}, ops: X, on: sites}}], "
+                "yz: [{coeff: 1.0, ops: YZ, on: bonds}]}")]
+QUENCH = ["task=dynamics", f"hilbert.L={N}", f"hamiltonian.h={H_QUENCH}", "model=jastrow", "dtype=complex128",
+          "task.save_every=0.1", *OBSERVABLES]
+
+
+def trajectory(run_dir):
+    """trajectory.jsonl's records without their wall times."""
+    lines = (run_dir / "trajectory.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in lines]
+
+
+def checkpoint_leaves(run_dir):
+    with np.load(run_dir / "checkpoint" / checkpoint.FILENAME) as data:
+        return {k: data[k] for k in sorted(data.files) if k.startswith("leaf_")}
+
+
+def assert_same_run(run_dir, reference, rtol=0.0):
+    """The same trajectory and final checkpoint: bit for bit, or floats within `rtol` (integers,
+    the chains' configurations and keys, always bit for bit)."""
+    got, want = trajectory(run_dir), trajectory(reference)
+    if not rtol:
+        assert got == want
+    assert [sorted(r) for r in got] == [sorted(r) for r in want]
+    for a, b in zip(got, want):
+        for key in b:
+            np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=rtol * 1e-3, err_msg=key)
+    got, want = checkpoint_leaves(run_dir), checkpoint_leaves(reference)
+    assert got.keys() == want.keys() and got
+    for key in want:
+        if rtol and np.issubdtype(want[key].dtype, np.inexact):
+            np.testing.assert_allclose(got[key], want[key], rtol=rtol, err_msg=key)
+        else:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def run(overrides, run_dir, layout=None):
+    """The run of the composed config in run_dir (on `layout`, else one device)."""
+    experiment = build(compose_config(overrides))
+    layout = layout or mesh.make_mesh("single")
+    return app.execute(experiment, layout, run_dir)
+
+
+def exact_quench(times):
+    """(M_x, sum_bonds Y_i Z_j) at `times` from |+x>^N under the dense TFIM, by scipy's expm."""
+    bonds = hb.chain(N).bonds
+    H = dense_ising(bonds, N, 1.0, H_QUENCH)
+    mx = sum(site_op(X, i, N) for i in range(N)) / N
+    yz = sum(site_op(Y, i, N) @ site_op(Z, j, N) for i, j in bonds)
+    psi0 = np.ones(2**N, complex) / 2 ** (N / 2)
+    out = []
+    for t in times:
+        psi = scipy.linalg.expm(-1j * H * t) @ psi0
+        out.append([np.vdot(psi, mx @ psi).real, np.vdot(psi, yz @ psi).real])
+    return np.array(out).T
+
+
+@pytest.mark.slow
+def test_quench_follows_exact_dynamics(tmp_path):
+    """TFIM chain from plus_x (every Jastrow coupling zero) quenched to h = 0.5, full sum, rk4:
+    M_x, the Y Z correlator and the energy follow exp(-i H t) to t = 0.5 (M_x falls from 1 to
+    0.34; the correlator reaches -2.7), and the run's own exact trajectory agrees."""
+    summary = run([*QUENCH, "sampler=full_sum", "task.t_end=0.5", "task.integrator=rk4", "task.dt=0.01"], tmp_path)
+    records = trajectory(tmp_path)
+    t = np.array([r["t"] for r in records])
+    np.testing.assert_allclose(t, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5], atol=1e-12)
+    mx, yz = exact_quench(t)
+    ours_mx, ours_yz = np.array([r["obs/mx"] for r in records]), np.array([r["obs/yz"] for r in records])
+    assert np.max(np.abs(ours_mx - mx)) < 1e-3
+    assert np.max(np.abs(ours_yz - yz)) < 2e-2
+    assert np.max(np.abs(ours_yz + yz)) > 1.0  # time running backwards would fail the line above
+    assert max(abs(r["energy"] + H_QUENCH * N) for r in records) < 1e-6  # <H> = -h N is conserved
+    assert records[0]["residual"] == 0.0 and 0 < records[-1]["residual"] < 0.1
+    assert summary["task"] == "dynamics" and summary["status"] == "completed" and summary["t_reached"] == 0.5
+    assert summary["max_abs_error"]["obs/mx"] < 1e-3 and summary["max_abs_error"]["energy"] < 1e-6
+    exact = json.loads((tmp_path / "exact_trajectory.json").read_text())
+    np.testing.assert_allclose(exact["obs/mx"], mx, atol=1e-10)
+    np.testing.assert_allclose(exact["obs/yz"], yz, atol=1e-10)
+    assert (tmp_path / "dynamics.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_init_from_evolves_the_trained_state(tmp_path):
+    """A short ground-state run at h = 0.5, then a quench to h = 1 from its parameters: the energy
+    at t = 0 is <psi|H(h=1)|psi> of the trained state (dense sum), M_x follows the exact dynamics
+    of that state (dense expm), and the run's own exact trajectory is that one."""
+    common = [f"hilbert.L={N}", "model=jastrow", "dtype=complex128", "sampler=full_sum"]
+    run_cli([*common, "hamiltonian.h=0.5", "n_iter=20", "final_rounds=1", f"hydra.run.dir={tmp_path / 'trained'}"],
+            REPO, check=True)
+    run_cli([*common, "hamiltonian.h=1.0", "task=dynamics", "task.save_every=0.1", "task.t_end=0.3",
+             "task.initial_state=init_from", f"init_from={tmp_path / 'trained'}", *OBSERVABLES,
+             f"hydra.run.dir={tmp_path / 'quench'}"], REPO, check=True)
+    summary = json.loads((tmp_path / "quench" / "summary.json").read_text())
+    params = load.load(tmp_path / "trained").state.params
+    states = hb.all_states(hb.chain(N))
+    psi = np.zeros(2**N, complex)
+    psi[basis_index(states)] = np.exp(np.asarray(Jastrow(param_dtype=jnp.complex128).apply({"params": params},
+                                                                                          jnp.asarray(states))))
+    psi /= np.linalg.norm(psi)
+    H = dense_ising(hb.chain(N).bonds, N, 1.0, 1.0)
+    mx_op = sum(site_op(X, i, N) for i in range(N)) / N
+    records = trajectory(tmp_path / "quench")
+    assert abs(records[0]["energy"] - np.vdot(psi, H @ psi).real) < 1e-10
+    mx = [np.vdot(p, mx_op @ p).real for p in (scipy.linalg.expm(-1j * H * r["t"]) @ psi for r in records)]
+    ours = np.array([r["obs/mx"] for r in records])
+    assert abs(ours[0] - mx[0]) < 1e-12  # the trained state itself
+    assert np.max(np.abs(ours - mx)) < 1e-2 and mx[-1] - mx[0] > 0.1  # (the Jastrow drifts by 8e-3 at t = 0.3)
+    assert abs(summary["max_abs_error"]["obs/mx"] - np.max(np.abs(ours - mx))) < 1e-10
+
+
+SAMPLED = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=64", "sampler.n_chains=8", "task.integrator=rk23",
+           "task.dt=0.02", "task.atol=1e-4", "task.rtol=1e-4", "exact=false"]
+
+
+@pytest.mark.slow
+def test_resume_continues_bit_for_bit_and_compiles_once(tmp_path, monkeypatch):
+    """A run to t = 0.2, killed after writing the record at t = 0.3 but before its checkpoint,
+    continued to t = 0.4, gives the trajectory and final checkpoint of one run to t = 0.4 bit for
+    bit: sampled chains, adaptive rk23. Over the whole run, the time derivative is traced
+    once for the start (FSAL's first stage) and once per further stage of the step (inside the
+    compiled advance): nothing is compiled per step or per saved time."""
+    traces = []
+    original = dyn.time_derivative
+
+    def counting(problem, equation):
+        f = original(problem, equation)
+
+        def traced(t, params, chains):
+            traces.append(t)
+            return f(t, params, chains)
+
+        return traced
+
+    monkeypatch.setattr(dyn, "time_derivative", counting)
+    whole = run([*SAMPLED, "task.t_end=0.4"], tmp_path / "whole")
+    assert whole["n_steps"] >= 5 and len(traces) == 1 + 3
+    run([*SAMPLED, "task.t_end=0.2"], tmp_path / "parts")
+    assert trajectory(tmp_path / "parts") == trajectory(tmp_path / "whole")[:3]
+    # as if killed while going on: the record at t = 0.3 written, its checkpoint not, no summary
+    (tmp_path / "parts" / "summary.json").unlink()
+    with (tmp_path / "parts" / "trajectory.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 0.3, "energy": 0.0}) + "\n")
+    summary = run([*SAMPLED, "task.t_end=0.4"], tmp_path / "parts")
+    assert summary["t_reached"] == 0.4 and summary["n_saved"] == 5
+    assert_same_run(tmp_path / "parts", tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_one_and_four_devices_give_the_same_run(tmp_path):
+    """Sampled chains sharded over 4 fake CPU devices give the run of one device: the chains bit
+    for bit, the floats to 1e-10 relative, 1e-13 absolute (the regularised inverse of S's
+    eigenvalues, elementwise on a replicated vector, differs in the last bit between the two
+    compiled programs; the residual at t = 0 is zero up to round-off)."""
+    devices = jax.devices()
+    assert len(devices) >= 4
+    for n in (1, 4):
+        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
+        run([*SAMPLED, "task.t_end=0.2", "parallel=sharded"], tmp_path / f"devices{n}", layout)
+    assert_same_run(tmp_path / "devices4", tmp_path / "devices1", rtol=1e-10)
+
+
+class Tilted(nn.Module):
+    """log psi = s.w + 0.1 s_0: not uniform when every parameter is zero."""
+
+    param_dtype: object = jnp.float64
+
+    @nn.compact
+    def __call__(self, sigma_xN):
+        x = sigma_xN.astype(jnp.float64)
+        return x @ self.param("w", nn.initializers.zeros, (x.shape[-1],), jnp.float64) + 0.1 * x[..., 0]
+
+
+def _experiment(model, initial_state="plus_x"):
+    lattice = hb.chain(4)
+    task = read({**compose_config(["task=dynamics"])["task"], "initial_state": initial_state})
+    problem = Problem(hamiltonians.ising(lattice, J=1.0, h=1.0), model, smp.full_sum(lattice, n_chains=2), None,
+                      precond.none())
+    return SimpleNamespace(settings=SimpleNamespace(task=task, seed=0), problem=problem, hilbert=lattice)
+
+
+def test_plus_x_needs_a_model_that_is_uniform_at_zero():
+    from models import RBM
+
+    dyn.check(_experiment(RBM(alpha=1)))
+    dyn.check(_experiment(Jastrow(param_dtype=jnp.complex128)))
+    with pytest.raises(ConfigError, match="task.initial_state is plus_x, which the model Tilted cannot"):
+        dyn.check(_experiment(Tilted()))
