@@ -18,7 +18,7 @@ from runner.core.problem import Problem
 from runner.core.sampler import training_power
 from runner.core.vmc import schedule_counts
 from runner.errors import ConfigError, require_bool, require_choice, require_int, require_number
-from runner.physics import exact, pauli, replicas, spectrum, symmetry
+from runner.physics import exact, pauli, spectrum, symmetry
 from runner.physics.hilbert import Hilbert
 from runner.physics.pauli import Hamiltonian
 
@@ -324,15 +324,12 @@ def build(config: dict) -> Experiment:
     hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
     _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
     sector = _sector(config["model"], settings, hilbert, hamiltonian)
-    n_states = settings.task.n_states if isinstance(settings.task, task.Excited) else None
-    if n_states is not None:
-        excited.check(config, n_states, hilbert, sector)
+    n_states = excited.n_states_of(config, settings.task, hilbert, sector)  # None unless task=excited
     model_cfg = config["model"] if sector is None else {**config["model"], "sector": sector}
     model = instantiate("model", model_cfg, param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
     _warn_on_signs(model, hilbert, hamiltonian, dtype_name, n_states is not None)
-    sampled = hilbert if n_states is None else replicas.hilbert(hilbert, n_states)  # K copies side by side
-    sampler = instantiate("sampler", config["sampler"], hilbert=sampled)
+    sampler = instantiate("sampler", config["sampler"], hilbert=excited.sampled_space(hilbert, n_states))
     optimizer_cfg, learning_rate = _with_schedule(config, "optimizer", "learning_rate")
     if learning_rate is None:
         require_number("optimizer.learning_rate", optimizer_cfg.get("learning_rate"), positive=True)
@@ -354,9 +351,7 @@ def build(config: dict) -> Experiment:
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
                       None if clip is None else float(clip), None if reject is None else float(reject))
     observed = _observables(config.get("observables"), hilbert, hamiltonian)
-    if n_states is not None:
-        excited.check_observables(observed)
-        problem = excited.problem_of(problem, n_states)
+    problem = excited.problem_of(problem, n_states, observed)
     if isinstance(sampler, FullSumSampler):
         _check_full_sum(config, problem)
     if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):

@@ -6,6 +6,7 @@ import dataclasses
 
 from models.determinant import Determinant
 from runner.core.problem import Problem
+from runner.config.task import Excited
 from runner.errors import ConfigError
 from runner.physics import replicas, spectrum
 from runner.physics.hilbert import Hilbert
@@ -22,12 +23,16 @@ def capacity(hilbert: Hilbert, sector) -> int:
     return int(spectrum.sector_basis(hilbert, sector).shape[1])
 
 
-def check(config: dict, n_states: int, hilbert: Hilbert, sector) -> None:
-    """Refuses a full-sum sampler and more states than the space or sector holds.
+def n_states_of(config: dict, the_task, hilbert: Hilbert, sector) -> int | None:
+    """K of a task=excited run (None for another task), after refusing a full-sum sampler and more
+    states than the model's space or sector holds.
 
     Raises:
         ConfigError: naming the key.
     """
+    if not isinstance(the_task, Excited):
+        return None
+    n_states = the_task.n_states
     if str(config["sampler"].get("_target_", "")).endswith("full_sum"):
         raise ConfigError("sampler", "full_sum cannot sum over the K copies of task=excited (the determinant is "
                                      "exactly zero wherever two copies coincide, where the local matrix is "
@@ -36,16 +41,24 @@ def check(config: dict, n_states: int, hilbert: Hilbert, sector) -> None:
     if n_states > held:
         where = f"the model's sector {sector.name}" if sector is not None else "the model's space"
         raise ConfigError("task.n_states", f"is {n_states}, more than the {held} states {where} holds")
+    return n_states
 
 
-def check_observables(observables) -> None:
-    """Refuses observables: task=excited does not measure them per state."""
+def sampled_space(hilbert: Hilbert, n_states: int | None) -> Hilbert:
+    """The space the sampler draws from: K copies side by side with task=excited, else `hilbert`."""
+    return hilbert if n_states is None else replicas.hilbert(hilbert, n_states)
+
+
+def problem_of(problem: Problem, n_states: int | None, observables) -> Problem:
+    """The problem of K copies: sum_j H_j, the determinant of K states of the model, and the sampler
+    (built by the caller on `sampled_space`) left as it is; `problem` itself for another task.
+
+    Raises:
+        ConfigError: observables asked for (task=excited does not measure them per state).
+    """
+    if n_states is None:
+        return problem
     if observables is not None:
         raise ConfigError("observables", "are not measured per state by task=excited; use observables=none")
-
-
-def problem_of(problem: Problem, n_states: int) -> Problem:
-    """The problem of K copies: sum_j H_j, the determinant of K states of the model, and the sampler
-    (built by the caller on `replicas.hilbert(hilbert, K)`) left as it is."""
     return dataclasses.replace(problem, hamiltonian=replicas.hamiltonian(problem.hamiltonian, n_states),
                                model=Determinant(base=problem.model, n_states=n_states))

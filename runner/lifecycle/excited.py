@@ -3,6 +3,7 @@ of the system, then the final estimate of the levels from the local energy matri
 (jackknife error bars over the chains), against the K lowest exact levels where the space allows."""
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import sys
@@ -13,13 +14,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runner.config.build import instantiate
+from runner.config.task import Excited
 from runner.core import excited
 from runner.core.estimate import burn_in, final_burn_in
 from runner.core.local_energy import map_over_samples
 from runner.core.sampler import sample
 from runner.core.stats import statistics
 from runner.core.wavefunction import apply_model
+from runner.errors import ConfigError
 from runner.lifecycle import finish, loop, rundir
+from runner.lifecycle.load import Trained
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs.summary import Outcome, Timings, finite, relative_error, report, summarise, v_score
 from runner.parallel import distributed, mesh
@@ -149,3 +154,29 @@ def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopReques
     if training.status == "failed":
         sys.exit(1)
     return result
+
+
+def state_of(trained: Trained, k: int) -> Trained:
+    """The k-th of the K states of an excited-state run as a run of its base model: the parameters
+    at index k of the states' axis, the chains' k-th copy, the model's own space, Hamiltonian and
+    sampler. (The K states span the lowest levels; each eigenstate is a combination of them, given
+    by the eigenvectors of the mean local matrix.)
+
+    Raises:
+        ConfigError: not a task=excited run, or k out of range.
+    """
+    experiment = trained.experiment
+    task = experiment.settings.task
+    if not isinstance(task, Excited):
+        raise ConfigError("task", f"{trained.run_dir} is not a task=excited run; it has one state")
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < task.n_states:
+        raise ConfigError("state", f"must be an integer from 0 to {task.n_states - 1} (got {k!r})")
+    n = experiment.hilbert.n_sites
+    sampler = instantiate("sampler", trained.config["sampler"], hilbert=experiment.hilbert)
+    problem = dataclasses.replace(experiment.problem, model=experiment.problem.model.base,
+                                  hamiltonian=experiment.hamiltonian, sampler=sampler)
+    settings = dataclasses.replace(experiment.settings, task=None)
+    params = jax.tree_util.tree_map(lambda x: x[k], trained.state.params["base"])
+    chains = trained.state.chains._replace(sigma_CxN=trained.state.chains.sigma_CxN[:, k * n:(k + 1) * n])
+    return dataclasses.replace(trained, experiment=dataclasses.replace(experiment, problem=problem, settings=settings),
+                               state=trained.state._replace(params=params, chains=chains))

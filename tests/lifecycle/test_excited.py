@@ -10,6 +10,7 @@ import pytest
 
 from runner import app
 from runner.config.build import build
+from runner.errors import ConfigError
 from runner.lifecycle import checkpoint
 from runner.lifecycle import excited as exc
 from runner.parallel import mesh
@@ -18,7 +19,7 @@ from runner.physics import hilbert as hb
 from tests.config.test_build import compose_config
 from tests.conftest import REPO, run_cli
 
-L, H, K = 4, 1.0, 3
+L, H, K = 4, 1.0, 2
 TINY = ["task=excited", f"task.n_states={K}", f"hilbert.L={L}", f"hamiltonian.h={H}", "dtype=complex128",
         "sampler.n_samples=512", "sampler.n_chains=16", "final_rounds=4", "seed=1"]
 
@@ -51,7 +52,7 @@ def levels_of(summary):
 
 @pytest.mark.slow
 def test_the_cli_run_finds_the_lowest_levels(tmp_path):
-    """`python -m runner task=excited` on the TFIM chain (L=4, h=1, K=3): each level within 5
+    """`python -m runner task=excited` on the TFIM chain (L=4, h=1, K=2): each level within 5
     error bars plus 1e-3 relative of dense eigvalsh, the gaps within 5 of their error bars plus 1 %,
     the exact fields those of eigvalsh, the checkpoint holding the K states' parameters."""
     run_cli([*TINY, "n_iter=200", f"hydra.run.dir={tmp_path}"], REPO, check=True, timeout=600)
@@ -73,6 +74,33 @@ def test_the_cli_run_finds_the_lowest_levels(tmp_path):
     assert summary["exact_energy"] == pytest.approx(exact.sum(), rel=1e-12)
     leaves = checkpoint_leaves(tmp_path)
     assert any(v.ndim >= 1 and v.shape[0] == K and np.iscomplexobj(v) for v in leaves.values())
+    check_states_span_the_lowest_levels(tmp_path)
+
+
+def check_states_span_the_lowest_levels(run_dir):
+    """`runner.load(run).state(k)`: the base model at the k-th parameters, each state (enumerated)
+    lying in the span of the K lowest eigenvectors (weight outside below 1 %), the K of them
+    independent (the Gram matrix of the normalised states far from singular)."""
+    import runner
+
+    space = hb.chain(L)
+    states = hb.all_states(space)
+    dense = pauli.to_sparse(hamiltonians.ising(space, h=H), states).toarray()
+    _, vectors = np.linalg.eigh(dense)
+    low = vectors[:, :K]
+    trained = runner.load(run_dir)
+    psis = []
+    for k in range(K):
+        state = trained.state(k)
+        assert state.hilbert.n_sites == L and state.params["kernel"].shape == (L, L)  # one RBM (alpha 1)
+        psi = np.exp(np.asarray(state.log_psi(states)))
+        psi /= np.linalg.norm(psi)
+        assert np.linalg.norm(psi - low @ (low.conj().T @ psi)) ** 2 < 1e-2, k
+        psis.append(psi)
+    gram = np.array(psis).conj() @ np.array(psis).T
+    assert np.linalg.eigvalsh(gram)[0] > 1e-3
+    with pytest.raises(ConfigError, match="0 to 1"):
+        trained.state(K)
 
 
 @pytest.mark.slow
