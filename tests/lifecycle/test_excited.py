@@ -155,3 +155,18 @@ def test_level_fields_of_exact_eigenstates_have_zero_variance_and_the_exact_leve
     assert [g["gap"] for g in fields["gaps"]] == pytest.approx(exact[1:] - exact[0], abs=1e-10)
     assert fields["exact_levels"] == list(exact)
     assert exc.with_exact(fields, None)["exact_levels"] is None
+
+
+def test_exact_levels_are_those_of_the_model_sector():
+    """With a model that projects onto a sector, the exact levels are that sector's lowest (dense
+    projector of tests/physics/test_spectrum.py), not the space's; without one, the space's."""
+    from runner.physics import spectrum
+
+    sector = "model.sector={momentum: [0], irrep: \"A'\", parity: -1}"
+    experiment = build(compose_config([*TINY, "hilbert.L=6", "model=rbm_symm", sector]))
+    levels = spectrum.spectrum(experiment.hamiltonian, experiment.hilbert, n_levels=K, parity=True).levels
+    assert exc.exact_levels(experiment) == pytest.approx(levels[experiment.sector], abs=1e-10)
+    space = hb.chain(6)
+    dense = np.linalg.eigvalsh(pauli.to_sparse(hamiltonians.ising(space, h=H), hb.all_states(space)).toarray())
+    assert exc.exact_levels(build(compose_config([*TINY, "hilbert.L=6"]))) == pytest.approx(dense[:K], abs=1e-10)
+    assert exc.exact_levels(build(compose_config([*TINY, "exact=false"]))) is None
