@@ -5,8 +5,8 @@ model, `models.determinant`) that the ordinary VMC step trains."""
 import dataclasses
 
 from models.determinant import Determinant
-from runner.core.problem import Problem
 from runner.config.task import Excited
+from runner.core.problem import Problem
 from runner.errors import ConfigError
 from runner.physics import replicas, spectrum
 from runner.physics.hilbert import Hilbert
