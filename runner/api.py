@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from runner.errors import ConfigError
+from runner.lifecycle.excited import state_of
 from runner.lifecycle.load import Trained, experiment_of, read_config
 from runner.lifecycle.load import load as load_trained
 from runner.lifecycle.rundir import METRICS, SUMMARY
@@ -37,10 +38,12 @@ class TrainedRun:
         from runner.core.estimate import final_burn_in
 
         self.run_dir = trained.run_dir
+        self._trained = trained
         self.config = trained.config
         experiment = trained.experiment
-        self.hilbert, self.hamiltonian = experiment.hilbert, experiment.hamiltonian
         self._problem = experiment.problem
+        # the space and Hamiltonian simulated: K copies and sum_j H_j for a task=excited run (see `state`)
+        self.hilbert, self.hamiltonian = self._problem.sampler.hilbert, self._problem.hamiltonian
         self.model, self.sampler = self._problem.model, self._problem.sampler
         self.params = jax.tree_util.tree_map(jnp.asarray, trained.state.params)
         self.step = int(trained.meta["step"])
@@ -49,6 +52,11 @@ class TrainedRun:
         self._log_psi = jax.jit(self._problem.logpsi)
         self._statistics, self._samplers = {}, {}
         self._run_observables = experiment.observables
+
+    def state(self, k: int) -> "TrainedRun":
+        """State k of a task=excited run (0 <= k < n_states) as a run of its base model: its
+        parameters, log psi, samples and expectation values (`runner.lifecycle.excited.state_of`)."""
+        return TrainedRun(state_of(self._trained, k))
 
     def __repr__(self):
         return f"TrainedRun({str(self.run_dir)!r}, step={self.step}, n_sites={self.hilbert.n_sites})"

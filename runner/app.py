@@ -14,10 +14,11 @@ import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.build import Experiment, build
+from runner.config.task import Dynamics, Excited
 from runner.core.full_sum import FullSumSampler
 from runner.core.vmc import full_sum_invariance_error, init_state
 from runner.errors import ConfigError
-from runner.lifecycle import dynamics, finish, hparams_search, loop, rundir, sector_check, warm_start
+from runner.lifecycle import dynamics, excited, finish, hparams_search, loop, rundir, sector_check, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import loggers
 from runner.outputs.header import log_header
@@ -252,8 +253,11 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     done, resuming = _open_run_dir(run_dir, settings)
     if done is not None:
         return done
-    if settings.task is not None:  # a time evolution (task=dynamics)
+    if isinstance(settings.task, Dynamics):  # a time evolution
         return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking, started=wall_start)
+    if isinstance(settings.task, Excited):  # the lowest states
+        return excited.execute(experiment, layout, run_dir, _start(experiment, layout, run_dir, resuming), stop,
+                               tracking=tracking, started=wall_start)
 
     exact = finish.exact_ground(experiment, _sweep_dir())  # energy (and observables) of the exact ground state
     exact_energy = exact.energy

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner.config import fingerprint, schedules, task
+from runner.config import excited, fingerprint, schedules, task
 from runner.core import precond
 from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.problem import Problem
@@ -59,7 +59,7 @@ class Settings:
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
     init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
-    task: Any = None  # runner.config.task.Dynamics of a time evolution; None: a ground-state run
+    task: Any = None  # runner.config.task.Dynamics (a time evolution) or Excited (the lowest states); None: a ground state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,11 +155,12 @@ def read_settings(config: dict) -> Settings:
         require_int("chunk_size", chunk_size, minimum=1)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
     peak_search = require_int("peak_search", config.get("peak_search"), minimum=0)
-    dynamics = task.read(config.get("task"))
-    if dynamics is not None and dynamics.initial_state == "init_from" and config.get("init_from") is None:
+    the_task = task.read(config.get("task"))
+    if (isinstance(the_task, task.Dynamics) and the_task.initial_state == "init_from"
+            and config.get("init_from") is None):
         raise ConfigError("task.initial_state", "is init_from, which needs init_from=RUN_DIR (a run whose state to evolve)")
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
-                    fingerprint.of(fingerprint.fingerprinted(config, None)), None, dynamics)
+                    fingerprint.of(fingerprint.fingerprinted(config, None)), None, the_task)
 
 
 def _check_chunk(chunk_size, sampler):
@@ -191,12 +192,9 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
             )
 
 
-def _warn_on_signs(model, hilbert, hamiltonian, dtype_name):
-    """Warns when a model whose log psi is real (real parameters, and no complex output layer or
-    character to give it phases) meets a Hamiltonian that is not stoquastic. Whether log psi is
-    complex is read from the model's abstract evaluation (`jax.eval_shape`: no device touched)."""
-    if dtype_name not in ("float32", "float64", "float32_mixed") or pauli.is_stoquastic(hamiltonian):
-        return
+def _complex_log_psi(model, hilbert) -> bool:
+    """Whether the model's log psi is complex, read from its abstract evaluation (`jax.eval_shape`:
+    no device touched)."""
 
     def log_psi():
         sigma = jnp.ones((1, hilbert.n_sites), jnp.int8)
@@ -204,8 +202,23 @@ def _warn_on_signs(model, hilbert, hamiltonian, dtype_name):
 
     with warnings.catch_warnings():  # x64 is not set yet: float64 requests would warn of truncation
         warnings.simplefilter("ignore")
-        if jnp.iscomplexobj(jax.eval_shape(log_psi)):
-            return
+        return jnp.iscomplexobj(jax.eval_shape(log_psi))
+
+
+def _warn_on_signs(model, hilbert, hamiltonian, dtype_name, excited_states: bool):
+    """Warns when a model whose log psi is real (real parameters, and no complex output layer or
+    character to give it phases) meets a Hamiltonian that is not stoquastic, or is asked for excited
+    states (which have nodes a positive psi cannot have)."""
+    if dtype_name not in ("float32", "float64", "float32_mixed"):
+        return
+    if excited_states and not _complex_log_psi(model, hilbert):
+        logging.warning("dtype=%s gives this model a real, sign-free wavefunction, which cannot represent excited "
+                        "states (they have nodes); consider dtype=complex128", dtype_name)
+        return
+    if pauli.is_stoquastic(hamiltonian):
+        return
+    if _complex_log_psi(model, hilbert):
+        return
     logging.warning(
         "dtype=%s gives this model a real, sign-free wavefunction, but this Hamiltonian is not stoquastic "
         "(positive or complex off-diagonal elements), so its ground state may have signs it cannot represent; "
@@ -311,11 +324,12 @@ def build(config: dict) -> Experiment:
     hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
     _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
     sector = _sector(config["model"], settings, hilbert, hamiltonian)
+    n_states = excited.n_states_of(config, settings.task, hilbert, sector)  # None unless task=excited
     model_cfg = config["model"] if sector is None else {**config["model"], "sector": sector}
     model = instantiate("model", model_cfg, param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
-    _warn_on_signs(model, hilbert, hamiltonian, dtype_name)
-    sampler = instantiate("sampler", config["sampler"], hilbert=hilbert)
+    _warn_on_signs(model, hilbert, hamiltonian, dtype_name, n_states is not None)
+    sampler = instantiate("sampler", config["sampler"], hilbert=excited.sampled_space(hilbert, n_states))
     optimizer_cfg, learning_rate = _with_schedule(config, "optimizer", "learning_rate")
     if learning_rate is None:
         require_number("optimizer.learning_rate", optimizer_cfg.get("learning_rate"), positive=True)
@@ -337,6 +351,7 @@ def build(config: dict) -> Experiment:
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
                       None if clip is None else float(clip), None if reject is None else float(reject))
     observed = _observables(config.get("observables"), hilbert, hamiltonian)
+    problem = excited.problem_of(problem, n_states, observed)
     if isinstance(sampler, FullSumSampler):
         _check_full_sum(config, problem)
     if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):

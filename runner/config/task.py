@@ -1,19 +1,27 @@
-"""The `task` group: what a run does (find a ground state, or evolve a state in time), read and
-checked into plain values before anything compiles."""
+"""The `task` group: what a run does (find a ground state, evolve a state in time, or find the
+lowest states), read and checked into plain values before anything compiles."""
 
 import dataclasses
 
 from runner.core import integrators
 from runner.core.tdvp import TDVP, tdvp
-from runner.errors import ConfigError, require_choice, require_number
+from runner.errors import ConfigError, require_choice, require_int, require_number
 
-GROUND_STATE, DYNAMICS = "ground_state", "dynamics"
+GROUND_STATE, DYNAMICS, EXCITED = "ground_state", "dynamics", "excited"
 INTEGRATORS = ("euler", "heun", "rk4", "rk23", "rk45")
 ADAPTIVE = ("rk23", "rk45")
 PROPAGATIONS = ("real", "imaginary")
 INITIAL_STATES = ("plus_x", "init_from")
 DYNAMICS_KEYS = ("name", "t_end", "dt", "integrator", "atol", "rtol", "dt_min", "dt_max", "save_every",
                  "propagation", "diag_shift", "rcond", "snr_cutoff", "initial_state")
+EXCITED_KEYS = ("name", "n_states")
+
+
+@dataclasses.dataclass(frozen=True)
+class Excited:
+    """The n_states lowest states of the model's space or sector, trained together (natural excited states)."""
+
+    n_states: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +62,10 @@ def _integrator(node: dict) -> integrators.Integrator:
         raise ConfigError(f"task.{err.key}", err.message) from None
 
 
-def read(node) -> Dynamics | None:
+def read(node) -> Dynamics | Excited | None:
     """The task of a config's `task` node: None for a ground-state run (the default, also when the
-    node is missing: a run directory written before tasks existed), else a checked `Dynamics`.
+    node is missing: a run directory written before tasks existed), else a checked `Dynamics` or
+    `Excited`.
 
     Raises:
         ConfigError: naming the first bad `task.key`.
@@ -65,12 +74,17 @@ def read(node) -> Dynamics | None:
         return None
     if not isinstance(node, dict):
         raise ConfigError("task", f"must be a config group such as task=dynamics (got {node!r})")
-    name = require_choice("task.name", node.get("name"), (GROUND_STATE, DYNAMICS))
+    name = require_choice("task.name", node.get("name"), (GROUND_STATE, DYNAMICS, EXCITED))
     if name == GROUND_STATE:
         extra = sorted(set(node) - {"name"})
         if extra:
             raise ConfigError(f"task.{extra[0]}", "is not a key of task=ground_state")
         return None
+    if name == EXCITED:
+        unknown = sorted(set(node) - set(EXCITED_KEYS))
+        if unknown:
+            raise ConfigError(f"task.{unknown[0]}", f"is not a key of task=excited; its keys are: {', '.join(EXCITED_KEYS)}")
+        return Excited(require_int("task.n_states", node.get("n_states"), minimum=1))
     unknown = sorted(set(node) - set(DYNAMICS_KEYS))
     if unknown:
         raise ConfigError(f"task.{unknown[0]}", f"is not a key of task=dynamics; its keys are: {', '.join(DYNAMICS_KEYS)}")

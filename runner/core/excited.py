@@ -84,3 +84,17 @@ def levels(m_CxTxKxK, w_CxT=None, exact: bool = False) -> Levels:
         errors = spread(rest)
         gap_errors = spread(rest[:, 1:] - rest[:, :1])
     return Levels(energies, errors, energies[1:] - energies[0], gap_errors)
+
+
+def state_variances(m_CxTxKxK, w_CxT=None) -> np.ndarray:
+    """The variance of each state's local energy [K] (ascending energies' order): with the mean
+    matrix M = C diag(E) C^-1, the variance over samples of the diagonal of C^-1 M(x) C, which is
+    zero where the K states span K eigenstates (M(x) the same at every x)."""
+    m = np.asarray(m_CxTxKxK).reshape(-1, *np.shape(m_CxTxKxK)[-2:])
+    w = np.full(m.shape[0], 1.0) if w_CxT is None else np.asarray(w_CxT, float).reshape(-1)
+    w = w / w.sum()
+    values, vectors = np.linalg.eig(np.einsum("s,sij->ij", w, m))
+    vectors = vectors[:, np.argsort(values.real)]
+    d_SxK = np.einsum("ij,sjk,ki->si", np.linalg.inv(vectors), m, vectors)
+    mean_K = w @ d_SxK
+    return w @ np.abs(d_SxK - mean_K) ** 2

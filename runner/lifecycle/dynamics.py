@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from runner.config import fingerprint
+from runner.config.task import Dynamics
 from runner.core import integrators, observe
 from runner.core.full_sum import FullSumSampler
 from runner.core.problem import draw
@@ -76,10 +77,12 @@ def check(experiment):
         ConfigError: naming the model.
     """
     task = experiment.settings.task
-    if task is not None and task.initial_state == "init_from" and experiment.settings.init_from is None:
+    if not isinstance(task, Dynamics):
+        return
+    if task.initial_state == "init_from" and experiment.settings.init_from is None:
         raise ConfigError("task.initial_state", "is init_from, and init_from names no run to start from (previous in "
                                                 "a sweep's first job); use initial_state=plus_x there")
-    if task is None or task.initial_state != "plus_x":
+    if task.initial_state != "plus_x":
         return
     problem = experiment.problem
     params = _plus_x_params(problem, experiment.settings.seed)

@@ -92,7 +92,7 @@ def state_like(experiment):
 
     from runner.core.vmc import init_state
 
-    sigma_N = jax.ShapeDtypeStruct((experiment.hilbert.n_sites,), jnp.int8)
+    sigma_N = jax.ShapeDtypeStruct((experiment.problem.sampler.hilbert.n_sites,), jnp.int8)  # K N sites: task=excited
     init = functools.partial(init_state, experiment.problem, experiment.settings.seed)
     return jax.eval_shape(init, sigma_N)
 

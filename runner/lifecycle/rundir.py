@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from runner.config import fingerprint
+from runner.config.task import Dynamics
 from runner.lifecycle import checkpoint
 
 HYDRA = ".hydra"
@@ -66,7 +67,7 @@ def completed_summary(run_dir: Path, settings) -> dict | None:
 
 def _same_length(summary: dict, settings) -> bool:
     """Whether a summary's run went as far as this config asks: n_iter steps, or a time evolution to t_end."""
-    if settings.task is not None:
+    if isinstance(settings.task, Dynamics):
         return summary.get("t_reached") == settings.task.t_end
     return summary.get("n_iter") == settings.n_iter
 

@@ -62,7 +62,7 @@ def log_header(experiment, layout, config: dict):
         config: the plain config it was built from (each group described by its keys).
     """
     hilbert, settings = experiment.hilbert, experiment.settings
-    sigma_N = jax.ShapeDtypeStruct((hilbert.n_sites,), jnp.int8)
+    sigma_N = jax.ShapeDtypeStruct((experiment.problem.sampler.hilbert.n_sites,), jnp.int8)  # K N with task=excited
     params = jax.eval_shape(experiment.problem.model.init, jax.random.PRNGKey(0), sigma_N)["params"]
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     sampler = experiment.problem.sampler

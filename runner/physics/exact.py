@@ -7,11 +7,13 @@ stores, per flip mask, the index each basis state is sent to and its element.
 
 import numpy as np
 from scipy.linalg import eigh_tridiagonal
+from scipy.sparse.linalg import LinearOperator, eigsh
 
 from runner.physics.hilbert import Hilbert, all_states, states_to_codes
 from runner.physics.pauli import PauliSum, conserves_sz, elements_np
 
 AUTO_MAX_STATES = 2**20
+DENSE_LEVELS = 512  # `lowest_levels` diagonalises spaces up to this many states densely
 VECTOR_TOL = 1e-10  # `ground_state`'s eigenvector: |H y - E y| below this times |E|
 # Peak memory per basis state: the diagonal, the Lanczos vectors and temporaries of H v
 # (complex, 16 bytes each) in the full space; a sector adds its codes and, per flip mask,
@@ -162,6 +164,21 @@ def ground_state(hamiltonian: PauliSum, hilbert: Hilbert, vector: bool = True):
         v0 = v0 + 1j * rng.standard_normal(d)
     energy, alphas, betas = lanczos(matvec, v0, vector_tol=VECTOR_TOL if vector else None)
     return energy, ritz_vector(matvec, v0, alphas, betas) if vector else None
+
+
+def lowest_levels(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int) -> list:
+    """The `n_levels` lowest eigenvalues of H in the (Sz-constrained) space of `hilbert`, ascending,
+    each degenerate level repeated: dense up to DENSE_LEVELS states, else implicitly restarted
+    Lanczos (ARPACK) from a fixed random start."""
+    d = hilbert.n_states
+    matvec = matvec_of(hamiltonian, hilbert)
+    dtype = np.float64 if hamiltonian.is_real else np.complex128
+    if d <= DENSE_LEVELS or n_levels >= d - 1:
+        dense = np.stack([matvec(e) for e in np.eye(d, dtype=dtype)], axis=1)
+        return [float(x) for x in np.linalg.eigvalsh(dense)[:n_levels]]
+    operator = LinearOperator((d, d), matvec=matvec, dtype=dtype)
+    v0 = np.random.default_rng(0).standard_normal(d).astype(dtype)
+    return [float(x) for x in np.sort(eigsh(operator, k=n_levels, which="SA", v0=v0, return_eigenvectors=False))]
 
 
 def lanczos_ground_energy(matvec, v0, tol=1e-13, max_iter=1000) -> float:

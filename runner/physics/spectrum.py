@@ -144,6 +144,26 @@ def sector_basis(hilbert: Hilbert, sector: Sector, group: SpaceGroup | None = No
     return sp.csr_matrix((values, (rows, new[rep])), shape=(len(orbits.codes_D), int(kept.sum())))
 
 
+def sector_matrix(hamiltonian: PauliSum, hilbert: Hilbert, sector: Sector, group: SpaceGroup | None = None):
+    """H in one sector's basis, sparse [d, d] (ValueError where the sector does not fit the space
+    or H lacks its symmetry)."""
+    check_fits(hilbert, sector)
+    group = space_group(hilbert) if group is None else group
+    flip = sector.parity is not None
+    check_symmetric(hamiltonian, group, flip)
+    elements, chi_G = _full_characters(group, sector, flip)
+    orbits = _orbits(basis_codes(hilbert), group.perm_ExN[elements], hilbert.n_sites, flip)
+    return _sector_matrix(_connections(hamiltonian, orbits, hilbert.n_sites), orbits, chi_G)
+
+
+def lowest_levels_in(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, sector: Sector | None = None) -> list:
+    """The `n_levels` lowest levels of H, ascending (degenerate ones repeated): in `hilbert`'s space
+    (`exact.lowest_levels`), or in one `sector` of it."""
+    if sector is None:
+        return exact.lowest_levels(hamiltonian, hilbert, n_levels)
+    return lowest_levels(sector_matrix(hamiltonian, hilbert, sector), n_levels)
+
+
 def commutes_with_flip(hamiltonian: PauliSum) -> bool:
     """Whether H commutes with the spin flip prod_i X_i: every string has an even number of Y and Z."""
     return all((ops.count("Y") + ops.count("Z")) % 2 == 0 for _, ops, _ in hamiltonian.terms)

@@ -5,7 +5,7 @@ import pytest
 
 from runner.config import fingerprint
 from runner.config.build import build
-from runner.config.task import read
+from runner.config.task import Excited, read
 from runner.core import integrators
 from runner.errors import ConfigError
 from tests.config.test_build import compose_config
@@ -69,3 +69,58 @@ def test_cli_refuses_plus_x_for_a_model_that_cannot_be_uniform(tmp_path, repo):
                    cwd=repo)
     assert proc.returncode == 2, proc.stderr
     assert "Config error: task.initial_state is plus_x, which the model RBMSymm cannot represent" in proc.stderr
+
+
+def test_excited_builds_the_problem_of_k_copies():
+    """task=excited: the sampler on K copies of the space, sum_j H_j, the determinant of K states of
+    the configured model; the experiment's own space and Hamiltonian stay the model's."""
+    from models.determinant import Determinant
+    from models.rbm import RBM
+
+    experiment = build(compose_config(["task=excited", "task.n_states=3", "hilbert.L=4", "dtype=complex128"]))
+    problem = experiment.problem
+    assert experiment.settings.task == Excited(3)
+    assert isinstance(problem.model, Determinant) and problem.model.n_states == 3
+    assert isinstance(problem.model.base, RBM)
+    assert problem.sampler.hilbert.n_sites == 12 and problem.sampler.hilbert.copies == 3
+    assert problem.hamiltonian.n_sites == 12 and len(problem.hamiltonian.terms) == 3 * len(experiment.hamiltonian.terms)
+    assert experiment.hilbert.n_sites == 4 and experiment.hamiltonian.n_sites == 4
+    ground = build(compose_config(["hilbert.L=4", "dtype=complex128"]))
+    assert ground.settings.task is None and ground.problem.sampler.hilbert.n_sites == 4
+
+
+@pytest.mark.parametrize("overrides,key,match", [
+    (["task.n_states=0"], "task.n_states", "at least 1"),
+    (["task.n_states=1.5"], "task.n_states", "integer"),
+    (["task.n_states=true"], "task.n_states", "integer"),
+    (["+task.typo=1"], "task.typo", "not a key of task=excited"),
+    (["task.n_states=17"], "task.n_states", "more than the 16 states the model's space holds"),
+    (["hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange", "task.n_states=7"],
+     "task.n_states", "more than the 6 states"),
+    (["model=rbm_symm", "model.sector={momentum: [0], irrep: \"A'\", parity: -1}", "task.n_states=3"],
+     "task.n_states", "more than the 2 states the model's sector"),
+    (["sampler=full_sum"], "sampler", "zero wherever two copies coincide"),
+    (["observables=spin"], "observables", "not measured per state"),
+])
+def test_excited_refuses_impossible_requests(overrides, key, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        build(compose_config(["task=excited", "hilbert.L=4", "dtype=complex128", *overrides]))
+    assert err.value.key == key
+
+
+def test_the_sector_capacity_is_its_dimension():
+    """A sector's capacity is its dimension (dense projector rank), summing to the space's over every sector."""
+    from runner.config.excited import capacity
+    from runner.physics import hilbert as hb
+    from runner.physics import symmetry
+
+    space = hb.chain(4)
+    listed = symmetry.sectors(space, parity=True, stars=False)
+    dims = [capacity(space, s) for s in listed]
+    assert sum(dims) == 16 and capacity(space, None) == 16
+    assert capacity(hb.chain(4, total_sz=0), None) == 6
+
+
+def test_a_real_model_asked_for_excited_states_is_warned_about(caplog):
+    build(compose_config(["task=excited", "hilbert.L=4", "dtype=float64"]))
+    assert "cannot represent excited states" in caplog.text

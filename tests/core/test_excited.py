@@ -125,6 +125,33 @@ def test_states_spanning_eigenstates_give_their_energies_at_every_sample():
     assert np.all(found.energy_errors < 1e-9) and np.all(found.gap_errors < 1e-9)
 
 
+def test_state_variances_vanish_for_eigenstates_and_are_the_diagonal_variances_otherwise():
+    """Per-state variances: zero (1e-18) where the states span eigenstates (local matrices of the
+    model, not constructed ones); otherwise the weighted variance of diag(C^-1 M(x) C) with C the
+    eigenvectors of the mean, ordered like the ascending levels (checked against a direct loop)."""
+    n, K = 4, 3
+    _, ham, states, dense = _system(n)
+    energies, phi = np.linalg.eigh(dense)
+    rng = np.random.default_rng(5)
+    c = rng.normal(size=(K, K)) + 1j * rng.normal(size=(K, K))
+    model, params = _determinant_of(c @ phi[:, :K].T, n)
+    codes = np.array([rng.choice([0, 1, 3, 5, 7, 15], size=K, replace=False) for _ in range(8)])
+    m = excited.local_matrices(ham, _each(model), params, jnp.asarray(states[codes].reshape(2, 4, -1), jnp.int8), K)
+    assert np.all(excited.state_variances(m) < 1e-18)
+    vectors = rng.normal(size=(K, len(states))) + 1j * rng.normal(size=(K, len(states)))
+    model, params = _determinant_of(vectors, n)
+    m = np.asarray(excited.local_matrices(ham, _each(model), params,
+                                          jnp.asarray(states[codes].reshape(2, 4, -1), jnp.int8), K))
+    w = rng.uniform(0.5, 2.0, size=(2, 4))
+    flat, wf = m.reshape(-1, K, K), (w / w.sum()).reshape(-1)
+    values, c = np.linalg.eig(sum(wi * mi for wi, mi in zip(wf, flat)))
+    c = c[:, np.argsort(values.real)]
+    diag = np.array([np.diag(np.linalg.inv(c) @ mi @ c) for mi in flat])
+    expected = [sum(wi * abs(d - wf @ diag[:, k]) ** 2 for wi, d in zip(wf, diag[:, k])) for k in range(K)]
+    np.testing.assert_allclose(excited.state_variances(m, w), expected, rtol=1e-10)
+    assert np.all(np.asarray(expected) > 1e-3)
+
+
 def test_a_full_sum_of_the_local_matrix_is_its_dense_mean():
     """Over every product configuration weighted by |det Psi|^2, the mean local matrix equals the
     dense sum; jackknife errors are zero for a full sum and positive from chains that differ."""

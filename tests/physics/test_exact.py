@@ -183,3 +183,19 @@ def test_ritz_vector_is_an_eigenvector_to_the_vector_tolerance():
     energy, psi = exact.ground_state(ham, lattice)
     residual = np.linalg.norm(exact.matvec_of(ham, lattice)(psi) - energy * psi)
     assert np.linalg.norm(psi) == pytest.approx(1.0) and residual < 2 * exact.VECTOR_TOL * abs(energy)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (hb.chain(6), lambda h: hamiltonians.ising(h, 1.0, 0.5)),  # dense (64 states), nearly degenerate pair
+    lambda: (hb.chain(10), lambda h: hamiltonians.ising(h, 1.0, 1.0)),  # ARPACK (1024 states)
+    lambda: (hb.chain(12, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),  # ARPACK, Sz sector
+    lambda: (hb.triangular(3, total_sz=0.5), lambda h: hamiltonians.pauli(h, [  # complex H, dense
+        {"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": -0.7, "ops": "YX", "on": "bonds"},
+        {"coeff": 0.4, "ops": "ZZ", "on": "bonds"}])),
+])
+def test_lowest_levels_match_eigvalsh(make):
+    """The K lowest levels, degenerate ones repeated, by dense or ARPACK, equal dense eigvalsh."""
+    lattice, make_ham = make()
+    ham = make_ham(lattice)
+    H = pauli.to_sparse(ham, hb.all_states(lattice)).toarray()
+    np.testing.assert_allclose(exact.lowest_levels(ham, lattice, 5), np.linalg.eigvalsh(H)[:5], rtol=1e-10, atol=1e-10)

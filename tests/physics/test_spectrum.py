@@ -167,3 +167,21 @@ def test_kagome_2x3_ground_state_has_nonzero_momentum():
     assert sector == symmetry.Sector((1, 0), "A", -1, 0.0)
     np.testing.assert_allclose(energy, -32.1930831, atol=1e-7)
     np.testing.assert_allclose(result.levels[symmetry.Sector((0, 0), "A", -1, 0.0)][0], -32.0332510, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["chain10_j1j2", "square4x2_ising", "kagome1x3"])
+def test_lowest_levels_in_a_sector_are_its_dense_levels(name):
+    """`lowest_levels_in` of each sector: the sector's own lowest levels from the dense projector;
+    without a sector, the space's (dense eigvalsh)."""
+    make_hilbert, make_ham = CASES[name]
+    hilbert = make_hilbert()
+    ham = make_ham(hilbert)
+    H = _dense_h(hilbert, ham)
+    group = symmetry.space_group(hilbert)
+    np.testing.assert_allclose(spectrum.lowest_levels_in(ham, hilbert, 4), np.linalg.eigvalsh(H)[:4], atol=1e-9)
+    for sector in symmetry.sectors(hilbert, group=group)[:4]:
+        w, v = np.linalg.eigh(_dense_projector(hilbert, sector, group))
+        V = v[:, w > 0.5]
+        dense = np.linalg.eigvalsh(V.conj().T @ H @ V)[:3]
+        np.testing.assert_allclose(spectrum.lowest_levels_in(ham, hilbert, 3, sector), dense, atol=1e-9)
+        assert spectrum.sector_matrix(ham, hilbert, sector).shape[0] == V.shape[1]

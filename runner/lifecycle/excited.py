@@ -1,0 +1,182 @@
+"""The lowest states (task=excited): the K-state determinant trained by the ordinary loop on K copies
+of the system, then the final estimate of the levels from the local energy matrix of fresh samples
+(jackknife error bars over the chains), against the K lowest exact levels where the space allows."""
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from runner.config.build import instantiate
+from runner.config.task import Excited
+from runner.core import excited
+from runner.core.estimate import burn_in, final_burn_in
+from runner.core.local_energy import map_over_samples
+from runner.core.sampler import sample
+from runner.core.stats import statistics
+from runner.core.wavefunction import apply_model
+from runner.errors import ConfigError
+from runner.lifecycle import finish, loop, rundir
+from runner.lifecycle.load import Trained
+from runner.lifecycle.preemption import StopRequest, exit_status
+from runner.outputs.summary import Outcome, Timings, finite, relative_error, report, summarise, v_score
+from runner.parallel import distributed, mesh
+from runner.physics import spectrum
+from runner.physics.exact import wants_exact
+
+log = logging.getLogger(__name__)
+
+
+def exact_levels(experiment) -> list | None:
+    """The K lowest exact levels of the model's space (its sector, when the model projects onto one),
+    on process 0 where `exact` asks for them (auto: at most 2^20 states); None otherwise."""
+    settings = experiment.settings
+    if not (wants_exact(settings.exact, experiment.hilbert) and distributed.is_main()):
+        return None
+    t = time.perf_counter()
+    found = spectrum.lowest_levels_in(experiment.hamiltonian, experiment.hilbert, settings.task.n_states,
+                                      experiment.sector)
+    log.info("exact lowest levels %s (computed in %.1f s)", ", ".join(f"{e:.10f}" for e in found),
+             time.perf_counter() - t)
+    return found
+
+
+def _each_fn(model):
+    """(params, sigma [..., N]) -> log psi of every state [..., K] of a `models.determinant.Determinant`."""
+    return lambda params, sigma_xN: apply_model(model, params, sigma_xN, method="each")
+
+
+def final_matrices(experiment, state, n_rounds: int, sweeps: int):
+    """(chains, (M(x) [C, R T, K, K], trace metrics)) at `state`'s parameters: `n_rounds` rounds of
+    fresh samples after `sweeps` sweeps of burn-in, each chain's rounds one longer chain; the trace
+    of M(x), the determinant's local energy under sum_j H_j, summarised like a ground-state run's."""
+    problem, n_states = experiment.problem, experiment.settings.task.n_states
+    state = burn_in(problem, state, sweeps)
+    matrices = functools.partial(excited.local_matrices, experiment.hamiltonian, _each_fn(problem.model),
+                                 state.params, n_states=n_states)
+
+    def one_round(chains, _):
+        chains, sigma_CxTxM, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
+        return chains, (map_over_samples(matrices, sigma_CxTxM, problem.chunk_per_chain), acceptance)
+
+    chains, (m_RxCxTxKxK, acceptance_R) = jax.lax.scan(one_round, state.chains, length=n_rounds)
+    m_CxSxKxK = jnp.moveaxis(m_RxCxTxKxK, 0, 1).reshape(m_RxCxTxKxK.shape[1], -1, n_states, n_states)
+    stats = statistics(jnp.trace(m_CxSxKxK, axis1=-2, axis2=-1))
+    trace = {"energy": jnp.real(stats.mean), "energy_imag": jnp.imag(stats.mean), "energy_error": stats.error_of_mean,
+             "variance": stats.variance, "r_hat": stats.r_hat, "tau_corr": stats.tau_corr,
+             "acceptance": jnp.mean(acceptance_R)}
+    return chains, (m_CxSxKxK, trace)
+
+
+def final_estimate(experiment, state, shardings, layout, sweeps: int) -> tuple[dict, dict]:
+    """(the trace's metrics, the levels' fields `level_fields`) at `state`'s parameters."""
+    fn = functools.partial(final_matrices, experiment, n_rounds=experiment.settings.final_rounds, sweeps=sweeps)
+    with mesh.activate(layout):
+        compiled = jax.jit(lambda s: fn(s)[1], in_shardings=(shardings,),
+                           out_shardings=(layout.replicated, layout.replicated)).lower(state).compile()
+    m_CxSxKxK, trace = mesh.to_host(compiled(state))
+    return {k: finite(v) for k, v in trace.items()}, level_fields(np.asarray(m_CxSxKxK), experiment.hilbert.n_sites)
+
+
+def level_fields(m_CxSxKxK, n_sites: int, exact: list | None = None) -> dict:
+    """summary.json's `states` (ascending: energy, energy_error, variance, v_score) and `gaps`
+    (E_k - E_0, gap_error: a jackknife over chains of the same samples' levels) from local
+    matrices, with `exact_levels` and relative errors where `exact` gives them."""
+    found = excited.levels(m_CxSxKxK)
+    variances = excited.state_variances(m_CxSxKxK)
+    states = [{"energy": finite(e), "energy_error": finite(err), "variance": finite(var),
+               "v_score": finite(v_score(n_sites, e, var) or np.nan)}
+              for e, err, var in zip(found.energies, found.energy_errors, variances)]
+    gaps = [{"gap": finite(g), "gap_error": finite(err)} for g, err in zip(found.gaps, found.gap_errors)]
+    return with_exact({"states": states, "gaps": gaps}, exact)
+
+
+def with_exact(fields: dict, exact: list | None) -> dict:
+    """`level_fields`' fields with the exact levels (`exact_levels`; None: not computed) and each
+    state's and gap's relative error."""
+    out = {"states": [dict(s) for s in fields["states"]], "gaps": [dict(g) for g in fields["gaps"]],
+           "exact_levels": exact}
+    if exact is None:
+        return out
+    for state, level in zip(out["states"], exact):
+        state.update(exact_energy=level, relative_error=relative_error(state["energy"], level))
+    for k, gap in enumerate(out["gaps"], start=1):
+        exact_gap = exact[k] - exact[0]
+        gap.update(exact_gap=exact_gap, relative_error=relative_error(gap["gap"], exact_gap))
+    return out
+
+
+def execute(experiment, layout, run_dir: Path, start_state, stop: StopRequest | None = None, *, tracking=None,
+            started: float | None = None) -> dict:
+    """The excited-state run in `run_dir` from `start_state` (the caller's (state, shardings,
+    n_params, first step): fresh or resumed): metrics.jsonl, the checkpoint (every state), energy.png
+    (the sum of the levels) and summary.json; exit 1 on a failed run, 3 or 130 on a stopped one."""
+    started = time.perf_counter() if started is None else started
+    with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
+        return _execute(experiment, layout, run_dir, start_state, stop=stop, tracking=tracking, started=started)
+
+
+def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopRequest, tracking, started: float) -> dict:
+    settings = experiment.settings
+    state, shardings, n_params, start = start_state
+    exact = exact_levels(experiment)
+    metrics_log = loop.MetricsLog(run_dir / rundir.METRICS, start, started=started)
+    if tracking is not None:
+        metrics_log.tracking = tracking.open(start)
+    training = loop.train(experiment, layout, state, shardings, start, run_dir=run_dir, metrics_log=metrics_log,
+                          stop=stop)
+    trace, levels = {}, {"states": [], "gaps": []}
+    if training.status == "completed":
+        loop.save_checkpoint(run_dir, training.state, settings, settings.n_iter)
+        trace, levels = final_estimate(experiment, training.state, shardings, layout,
+                                       final_burn_in(experiment.problem.sampler))
+    exact_sum = None if exact is None else float(sum(exact))
+    timings = Timings.of(training.step_times, training.compile_seconds, time.perf_counter() - started)
+    outcome = Outcome(status=training.status, reason=training.reason, final=trace, exact_energy=exact_sum,
+                      n_params=n_params, timings=timings)
+    result = {"task": "excited", "n_states": settings.task.n_states,
+              **summarise(experiment, layout, outcome, metrics_log.records), **with_exact(levels, exact)}
+    finish.write(run_dir, result, metrics_log.records, exact_sum, None, tracking)
+    report(result)
+    for k, level in enumerate(result["states"]):
+        log.info("state %d: %s ± %s  (variance %s)%s", k, level["energy"], level["energy_error"], level["variance"],
+                 "" if exact is None else f"  exact {exact[k]:.10f}")
+    if training.status in ("preempted", "interrupted"):
+        stop.hand_over()
+        sys.exit(exit_status(training.status))
+    if training.status == "failed":
+        sys.exit(1)
+    return result
+
+
+def state_of(trained: Trained, k: int) -> Trained:
+    """The k-th of the K states of an excited-state run as a run of its base model: the parameters
+    at index k of the states' axis, the chains' k-th copy, the model's own space, Hamiltonian and
+    sampler. (The K states span the lowest levels; each eigenstate is a combination of them, given
+    by the eigenvectors of the mean local matrix.)
+
+    Raises:
+        ConfigError: not a task=excited run, or k out of range.
+    """
+    experiment = trained.experiment
+    task = experiment.settings.task
+    if not isinstance(task, Excited):
+        raise ConfigError("task", f"{trained.run_dir} is not a task=excited run; it has one state")
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < task.n_states:
+        raise ConfigError("state", f"must be an integer from 0 to {task.n_states - 1} (got {k!r})")
+    n = experiment.hilbert.n_sites
+    sampler = instantiate("sampler", trained.config["sampler"], hilbert=experiment.hilbert)
+    problem = dataclasses.replace(experiment.problem, model=experiment.problem.model.base,
+                                  hamiltonian=experiment.hamiltonian, sampler=sampler)
+    settings = dataclasses.replace(experiment.settings, task=None)
+    params = jax.tree_util.tree_map(lambda x: x[k], trained.state.params["base"])
+    chains = trained.state.chains._replace(sigma_CxN=trained.state.chains.sigma_CxN[:, k * n:(k + 1) * n])
+    return dataclasses.replace(trained, experiment=dataclasses.replace(experiment, problem=problem, settings=settings),
+                               state=trained.state._replace(params=params, chains=chains))

@@ -1,0 +1,172 @@
+"""task=excited: a run's levels and gaps against dense diagonalisation, the summary's fields, resume
+bit for bit, the same levels on 1 and 4 devices, and per-state variances and exact fields from
+local matrices of exact eigenstates."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from runner import app
+from runner.config.build import build
+from runner.errors import ConfigError
+from runner.lifecycle import checkpoint
+from runner.lifecycle import excited as exc
+from runner.parallel import mesh
+from runner.physics import hamiltonians, pauli
+from runner.physics import hilbert as hb
+from tests.config.test_build import compose_config
+from tests.conftest import REPO, run_cli
+
+L, H, K = 4, 1.0, 2
+TINY = ["task=excited", f"task.n_states={K}", f"hilbert.L={L}", f"hamiltonian.h={H}", "dtype=complex128",
+        "sampler.n_samples=512", "sampler.n_chains=16", "final_rounds=4", "seed=1"]
+
+
+def dense_levels(n_levels=K):
+    space = hb.chain(L)
+    dense = pauli.to_sparse(hamiltonians.ising(space, h=H), hb.all_states(space)).toarray()
+    return np.linalg.eigvalsh(dense)[:n_levels]
+
+
+def run(overrides, run_dir, layout=None):
+    """The run of the composed config in run_dir (on `layout`, else one device)."""
+    return app.execute(build(compose_config(overrides)), layout or mesh.make_mesh("single"), run_dir)
+
+
+def metrics(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in lines]
+
+
+def checkpoint_leaves(run_dir):
+    with np.load(run_dir / "checkpoint" / checkpoint.FILENAME) as data:
+        return {k: data[k] for k in sorted(data.files) if k.startswith("leaf_")}
+
+
+def levels_of(summary):
+    return [(s["energy"], s["energy_error"], s["variance"]) for s in summary["states"]] + \
+        [(g["gap"], g["gap_error"]) for g in summary["gaps"]]
+
+
+@pytest.mark.slow
+def test_the_cli_run_finds_the_lowest_levels(tmp_path):
+    """`python -m runner task=excited` on the TFIM chain (L=4, h=1, K=2): each level within 5
+    error bars plus 1e-3 relative of dense eigvalsh, the gaps within 5 of their error bars plus 1 %,
+    the exact fields those of eigvalsh, the checkpoint holding the K states' parameters."""
+    run_cli([*TINY, "n_iter=200", f"hydra.run.dir={tmp_path}"], REPO, check=True, timeout=600)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    exact = dense_levels()
+    assert summary["task"] == "excited" and summary["status"] == "completed" and summary["n_states"] == K
+    np.testing.assert_allclose(summary["exact_levels"], exact, rtol=1e-12)
+    energies = np.array([s["energy"] for s in summary["states"]])
+    errors = np.array([s["energy_error"] for s in summary["states"]])
+    assert np.all(np.diff(energies) > 0) and np.all(errors > 0)
+    assert np.all(np.abs(energies - exact) < 5 * errors + 1e-3 * np.abs(exact)), (energies, errors, exact)
+    for k, gap in enumerate(summary["gaps"], start=1):
+        assert abs(gap["gap"] - (exact[k] - exact[0])) < 5 * gap["gap_error"] + 1e-2 * (exact[k] - exact[0]), gap
+        assert gap["exact_gap"] == pytest.approx(exact[k] - exact[0], rel=1e-12)
+    for state, e in zip(summary["states"], exact):
+        assert state["relative_error"] == pytest.approx(abs(state["energy"] - e) / abs(e))
+        assert 0 <= state["variance"] < 0.05 and state["v_score"] >= 0
+    assert summary["energy"] == pytest.approx(energies.sum(), abs=1e-9)  # the trace: sum_j H_j's local energy
+    assert summary["exact_energy"] == pytest.approx(exact.sum(), rel=1e-12)
+    leaves = checkpoint_leaves(tmp_path)
+    assert any(v.ndim >= 1 and v.shape[0] == K and np.iscomplexobj(v) for v in leaves.values())
+    check_states_span_the_lowest_levels(tmp_path)
+
+
+def check_states_span_the_lowest_levels(run_dir):
+    """`runner.load(run).state(k)`: the base model at the k-th parameters, each state (enumerated)
+    lying in the span of the K lowest eigenvectors (weight outside below 1 %), the K of them
+    independent (the Gram matrix of the normalised states far from singular)."""
+    import runner
+
+    space = hb.chain(L)
+    states = hb.all_states(space)
+    dense = pauli.to_sparse(hamiltonians.ising(space, h=H), states).toarray()
+    _, vectors = np.linalg.eigh(dense)
+    low = vectors[:, :K]
+    trained = runner.load(run_dir)
+    psis = []
+    for k in range(K):
+        state = trained.state(k)
+        assert state.hilbert.n_sites == L and state.params["kernel"].shape == (L, L)  # one RBM (alpha 1)
+        psi = np.exp(np.asarray(state.log_psi(states)))
+        psi /= np.linalg.norm(psi)
+        assert np.linalg.norm(psi - low @ (low.conj().T @ psi)) ** 2 < 1e-2, k
+        psis.append(psi)
+    gram = np.array(psis).conj() @ np.array(psis).T
+    assert np.linalg.eigvalsh(gram)[0] > 1e-3
+    with pytest.raises(ConfigError, match="0 to 1"):
+        trained.state(K)
+
+
+@pytest.mark.slow
+def test_resume_continues_bit_for_bit(tmp_path):
+    """A run of 10 steps, killed after writing step 10's metrics record but before anything else,
+    extended to 20 steps, gives the metrics, checkpoint and levels of one run of 20 steps bit for bit."""
+    common = [*TINY, "exact=false", "checkpoint_every=10"]
+    whole = run([*common, "n_iter=20"], tmp_path / "whole")
+    run([*common, "n_iter=10"], tmp_path / "parts")
+    assert metrics(tmp_path / "parts") == metrics(tmp_path / "whole")[:10]
+    (tmp_path / "parts" / "summary.json").unlink()
+    with (tmp_path / "parts" / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 10, "energy": 0.0}) + "\n")
+    resumed = run([*common, "n_iter=20"], tmp_path / "parts")
+    assert metrics(tmp_path / "parts") == metrics(tmp_path / "whole")
+    assert levels_of(resumed) == levels_of(whole)
+    got, want = checkpoint_leaves(tmp_path / "parts"), checkpoint_leaves(tmp_path / "whole")
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+@pytest.mark.slow
+def test_one_and_four_devices_give_the_same_levels(tmp_path):
+    """Chains sharded over 4 fake CPU devices give the metrics and levels of one device."""
+    devices = jax.devices()
+    assert len(devices) >= 4
+    found = {}
+    for n in (1, 4):
+        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
+        found[n] = run([*TINY, "n_iter=5", "exact=false", "parallel=sharded"], tmp_path / f"devices{n}", layout)
+    assert metrics(tmp_path / "devices4") == metrics(tmp_path / "devices1")
+    flat = lambda summary: np.array([x for level in levels_of(summary) for x in level])  # noqa: E731
+    np.testing.assert_allclose(flat(found[4]), flat(found[1]), rtol=1e-12)
+
+
+def _eigenstate_matrices(n_chains=4, n_samples=8, seed=0):
+    """Local matrices of K states spanning the K lowest eigenstates: C diag(E) C^-1 at every sample
+    (what `runner.core.excited.local_matrix` gives for them: tests/core/test_excited.py)."""
+    exact = dense_levels()
+    rng = np.random.default_rng(seed)
+    c = rng.normal(size=(K, K)) + 1j * rng.normal(size=(K, K))
+    m = c @ np.diag(exact) @ np.linalg.inv(c)
+    return np.broadcast_to(m, (n_chains, n_samples, K, K)), exact
+
+
+def test_level_fields_of_exact_eigenstates_have_zero_variance_and_the_exact_levels():
+    m, exact = _eigenstate_matrices()
+    fields = exc.level_fields(m, L, list(exact))
+    assert [s["energy"] for s in fields["states"]] == pytest.approx(exact, abs=1e-10)
+    assert all(s["variance"] < 1e-20 and s["relative_error"] < 1e-10 for s in fields["states"])
+    assert [g["gap"] for g in fields["gaps"]] == pytest.approx(exact[1:] - exact[0], abs=1e-10)
+    assert fields["exact_levels"] == list(exact)
+    assert exc.with_exact(fields, None)["exact_levels"] is None
+
+
+def test_exact_levels_are_those_of_the_model_sector():
+    """With a model that projects onto a sector, the exact levels are that sector's lowest (dense
+    projector of tests/physics/test_spectrum.py), not the space's; without one, the space's."""
+    from runner.physics import spectrum
+
+    sector = "model.sector={momentum: [0], irrep: \"A'\", parity: -1}"
+    experiment = build(compose_config([*TINY, "hilbert.L=6", "model=rbm_symm", sector]))
+    levels = spectrum.spectrum(experiment.hamiltonian, experiment.hilbert, n_levels=K, parity=True).levels
+    assert exc.exact_levels(experiment) == pytest.approx(levels[experiment.sector], abs=1e-10)
+    space = hb.chain(6)
+    dense = np.linalg.eigvalsh(pauli.to_sparse(hamiltonians.ising(space, h=H), hb.all_states(space)).toarray())
+    assert exc.exact_levels(build(compose_config([*TINY, "hilbert.L=6"]))) == pytest.approx(dense[:K], abs=1e-10)
+    assert exc.exact_levels(build(compose_config([*TINY, "exact=false"]))) is None
