@@ -68,10 +68,9 @@ def exact_ground(experiment, sweep_dir: Path | None) -> Exact:
         key = {k: v for k, v in settings.fingerprint.items() if k.startswith(prefixes)}
         cache = sweep_dir / rundir.EXACT_CACHE if sweep_dir is not None else None
         cached = sweep_cache.read(cache, key) if cache is not None else None
-        if obs is None and isinstance(cached, (int, float)):
-            energy = float(cached)
-        elif obs is not None and isinstance(cached, dict) and "energy" in cached:
-            energy, observed = float(cached["energy"]), (cached["summary"], cached["correlations"])
+        if isinstance(cached, dict) and "energy" in cached and (obs is None or "summary" in cached):
+            energy = float(cached["energy"])
+            observed = None if obs is None else (cached["summary"], cached["correlations"])
         else:
             cached = None
             t = time.perf_counter()
@@ -80,7 +79,7 @@ def exact_ground(experiment, sweep_dir: Path | None) -> Exact:
                 observed = observables.exact_values(obs, experiment.hilbert, psi_D)
             log.info("exact ground energy %.10f (computed in %.1f s)", energy, time.perf_counter() - t)
             if cache is not None:
-                sweep_cache.write(cache, key, energy if obs is None else
+                sweep_cache.write(cache, key, {"energy": energy} if obs is None else
                                   {"energy": energy, "summary": observed[0], "correlations": observed[1]})
         if cached is not None:
             log.info("exact ground energy %.10f (from the sweep cache %s)", energy, sweep_cache.path(cache, key))
