@@ -479,7 +479,20 @@ def test_header_logs_the_models_sector_with_auto_resolved(caplog):
     caplog.clear()
     with caplog.at_level("INFO"):
         log_header(build(config), layout, config)
-    assert "model: CNN(" in caplog.text and "sector:" not in caplog.text
+    assert "model: CNN(" in caplog.text and "sector:" not in caplog.text and "task:" not in caplog.text
+
+
+def test_header_names_a_task_other_than_the_ground_state(caplog):
+    import types
+
+    from runner.config.build import build
+    from runner.outputs.header import log_header
+    from tests.config.test_build import compose_config
+
+    config = compose_config(["task=excited", "task.n_states=3", "hilbert.L=4", "dtype=complex128"])
+    with caplog.at_level("INFO"):
+        log_header(build(config), types.SimpleNamespace(n_devices=1), config)
+    assert "task: excited(n_states=3)" in caplog.text
 
 
 def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, caplog):

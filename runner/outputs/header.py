@@ -53,7 +53,7 @@ def _sample_count(sampler) -> str:
 
 
 def log_header(experiment, layout, config: dict):
-    """Logs what is about to run: lattice, Hamiltonian, model (its parameter count and evaluation
+    """Logs what is about to run: the task (unless a ground state), lattice, Hamiltonian, model (its parameter count and evaluation
     paths, its symmetry sector with `auto` resolved), sampler, optimizer, dtype, layout and steps.
 
     Args:
@@ -66,7 +66,9 @@ def log_header(experiment, layout, config: dict):
     params = jax.eval_shape(experiment.problem.model.init, jax.random.PRNGKey(0), sigma_N)["params"]
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     sampler = experiment.problem.sampler
+    task = config.get("task") or {"name": "ground_state"}
     lines = [
+        *([] if task.get("name") == "ground_state" else [f"task: {describe(task)}"]),
         (f"lattice: {describe(config['hilbert'])}: {hilbert.n_sites} sites, {len(hilbert.bonds)} bonds, "
          f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states"),
         f"hamiltonian: {describe(config['hamiltonian'])}",
