@@ -54,11 +54,12 @@ def problem_of(problem: Problem, n_states: int | None, observables) -> Problem:
     (built by the caller on `sampled_space`) left as it is; `problem` itself for another task.
 
     Raises:
-        ConfigError: observables asked for (task=excited does not measure them per state).
+        ConfigError: observables asked for during training (`every` > 0).
     """
     if n_states is None:
         return problem
-    if observables is not None:
-        raise ConfigError("observables", "are not measured per state by task=excited; use observables=none")
+    if observables is not None and observables.every > 0:
+        raise ConfigError("observables.every", "must be 0 with task=excited (observables are measured in each state "
+                                               "at the end of the run, not during training)")
     return dataclasses.replace(problem, hamiltonian=replicas.hamiltonian(problem.hamiltonian, n_states),
                                model=Determinant(base=problem.model, n_states=n_states))

@@ -98,3 +98,29 @@ def state_variances(m_CxTxKxK, w_CxT=None) -> np.ndarray:
     d_SxK = np.einsum("ij,sjk,ki->si", np.linalg.inv(vectors), m, vectors)
     mean_K = w @ d_SxK
     return w @ np.abs(d_SxK - mean_K) ** 2
+
+
+def _diagonal_in_eigenbasis(h_KxK, o_KxK) -> np.ndarray:
+    """diag(C^-1 O C) [K], C the eigenvectors of H ordered by ascending real eigenvalue."""
+    values, vectors = np.linalg.eig(h_KxK)
+    vectors = vectors[:, np.argsort(values.real)]
+    return np.diag(np.linalg.inv(vectors) @ o_KxK @ vectors).real
+
+
+def state_expectations(m_CxTxKxK, o_CxTxKxK, w_CxT=None):
+    """(<O> in each state [K], jackknife errors over chains [K]; NaN with one chain), ascending
+    energies' order, from the local matrices of H (m) and of an operator O (o) on the same samples.
+
+    The mean matrices are S^-1 H and S^-1 O in the span of the K states (S their overlaps); with
+    S^-1 H = C diag(E) C^-1, the eigenstate c_k has <O>_k = c_k^+ O c_k / c_k^+ S c_k = (C^-1 S^-1 O C)_kk.
+    """
+    m, o = np.asarray(m_CxTxKxK), np.asarray(o_CxTxKxK)
+    w = np.full(m.shape[:2], 1.0) if w_CxT is None else np.asarray(w_CxT, float)
+    m_C, o_C, weight_C = np.einsum("ct,ctij->cij", w, m), np.einsum("ct,ctij->cij", w, o), w.sum(axis=1)
+    values = _diagonal_in_eigenbasis(m_C.sum(0), o_C.sum(0) / weight_C.sum())
+    n_chains = m.shape[0]
+    if n_chains < 2:
+        return values, np.full(values.shape, np.nan)
+    rest = np.array([_diagonal_in_eigenbasis(m_C.sum(0) - m_C[c], (o_C.sum(0) - o_C[c]) / (weight_C.sum() - weight_C[c]))
+                     for c in range(n_chains)])
+    return values, np.sqrt((n_chains - 1) / n_chains * np.sum((rest - rest.mean(0)) ** 2, axis=0))

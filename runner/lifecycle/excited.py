@@ -59,20 +59,30 @@ def final_matrices(experiment, state, n_rounds: int, sweeps: int):
     of M(x), the determinant's local energy under sum_j H_j, summarised like a ground-state run's."""
     problem, n_states = experiment.problem, experiment.settings.task.n_states
     state = burn_in(problem, state, sweeps)
-    matrices = functools.partial(excited.local_matrices, experiment.hamiltonian, _each_fn(problem.model),
-                                 state.params, n_states=n_states)
+    operators = (experiment.hamiltonian, *observed_operators(experiment.observables))
+
+    def matrices(sigma_CxTxM):  # of H, then of each observable
+        return tuple(excited.local_matrices(op, _each_fn(problem.model), state.params, sigma_CxTxM, n_states)
+                     for op in operators)
 
     def one_round(chains, _):
         chains, sigma_CxTxM, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
         return chains, (map_over_samples(matrices, sigma_CxTxM, problem.chunk_per_chain), acceptance)
 
     chains, (m_RxCxTxKxK, acceptance_R) = jax.lax.scan(one_round, state.chains, length=n_rounds)
-    m_CxSxKxK = jnp.moveaxis(m_RxCxTxKxK, 0, 1).reshape(m_RxCxTxKxK.shape[1], -1, n_states, n_states)
+    pooled = [jnp.moveaxis(m, 0, 1).reshape(m.shape[1], -1, n_states, n_states) for m in m_RxCxTxKxK]
+    m_CxSxKxK = pooled[0]
     stats = statistics(jnp.trace(m_CxSxKxK, axis1=-2, axis2=-1))
     trace = {"energy": jnp.real(stats.mean), "energy_imag": jnp.imag(stats.mean), "energy_error": stats.error_of_mean,
              "variance": stats.variance, "r_hat": stats.r_hat, "tau_corr": stats.tau_corr,
              "acceptance": jnp.mean(acceptance_R)}
-    return chains, (m_CxSxKxK, trace)
+    return chains, (tuple(pooled), trace)
+
+
+def observed_operators(obs) -> tuple:
+    """The Pauli sums measured in each state: the observables' (as simulated, rotated like H); S(q)
+    is not measured per state."""
+    return () if obs is None else tuple(obs.simulated)
 
 
 def final_estimate(experiment, state, shardings, layout, sweeps: int) -> tuple[dict, dict]:
@@ -81,8 +91,14 @@ def final_estimate(experiment, state, shardings, layout, sweeps: int) -> tuple[d
     with mesh.activate(layout):
         compiled = jax.jit(lambda s: fn(s)[1], in_shardings=(shardings,),
                            out_shardings=(layout.replicated, layout.replicated)).lower(state).compile()
-    m_CxSxKxK, trace = mesh.to_host(compiled(state))
-    return {k: finite(v) for k, v in trace.items()}, level_fields(np.asarray(m_CxSxKxK), experiment.hilbert.n_sites)
+    matrices, trace = mesh.to_host(compiled(state))
+    fields = level_fields(np.asarray(matrices[0]), experiment.hilbert.n_sites)
+    if experiment.observables is not None:
+        for name, o_CxSxKxK in zip(experiment.observables.names, matrices[1:]):
+            values, errors = excited.state_expectations(matrices[0], o_CxSxKxK)
+            for level, value, error in zip(fields["states"], values, errors):
+                level.setdefault("observables", {}).update({name: finite(value), f"{name}_error": finite(error)})
+    return {k: finite(v) for k, v in trace.items()}, fields
 
 
 def level_fields(m_CxSxKxK, n_sites: int, exact: list | None = None) -> dict:

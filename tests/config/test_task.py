@@ -100,7 +100,7 @@ def test_excited_builds_the_problem_of_k_copies():
     (["model=rbm_symm", "model.sector={momentum: [0], irrep: \"A'\", parity: -1}", "task.n_states=3"],
      "task.n_states", "more than the 2 states the model's sector"),
     (["sampler=full_sum"], "sampler", "zero wherever two copies coincide"),
-    (["observables=spin"], "observables", "not measured per state"),
+    (["observables=spin", "observables.every=5"], "observables.every", "must be 0 with task=excited"),
 ])
 def test_excited_refuses_impossible_requests(overrides, key, match):
     with pytest.raises(ConfigError, match=match) as err:

@@ -213,3 +213,33 @@ def test_nes_training_by_the_vmc_step_reaches_the_lowest_levels():
     gaps = exact[1:] - exact[0]
     assert abs(found.gaps[0] - gaps[0]) < 3 * found.gap_errors[0], found
     assert abs(found.gaps[1] - gaps[1]) < 1e-2 * gaps[1], found
+
+
+def test_state_expectations_are_those_of_the_ritz_states_in_the_span():
+    """Over every product configuration weighted by |det Psi|^2, each state's <O> is that of the
+    Rayleigh-Ritz eigenvector of H in the span of K arbitrary states (dense generalised eigenproblem),
+    for an operator that does not commute with H; jackknife errors are positive from differing chains."""
+    n, K = 3, 2
+    space, ham, states, dense = _system(n)
+    op = pauli.pauli_sum(n, [(1.0 / n, "X", (i,)) for i in range(n)] + [(0.3, "ZZ", (0, 1))])
+    dense_op = pauli.to_sparse(op, states).toarray()
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(K, len(states))) + 1j * rng.normal(size=(K, len(states)))
+    model, params = _determinant_of(vectors, n)
+    pairs = np.array([(a, b) for a in range(len(states)) for b in range(len(states)) if a != b])
+    x = jnp.asarray(states[pairs].reshape(1, len(pairs), -1), jnp.int8)
+    m = np.asarray(excited.local_matrices(ham, _each(model), params, x, K))
+    o = np.asarray(excited.local_matrices(op, _each(model), params, x, K))
+    w = np.abs(np.linalg.det(np.moveaxis(vectors[:, pairs], 0, 1))) ** 2
+    values, errors = excited.state_expectations(m, o, w[None, :])
+    import scipy.linalg
+
+    basis = vectors.T  # [D, K]: psi_i as columns
+    energies, c = scipy.linalg.eigh(basis.conj().T @ dense @ basis, basis.conj().T @ basis)
+    expected = [(c[:, k].conj() @ basis.conj().T @ dense_op @ basis @ c[:, k]).real
+                / (c[:, k].conj() @ basis.conj().T @ basis @ c[:, k]).real for k in range(K)]
+    np.testing.assert_allclose(values, expected, rtol=1e-9, atol=1e-12)
+    assert abs(expected[0] - expected[1]) > 1e-2 and np.isnan(errors).all()
+    np.testing.assert_allclose(excited.levels(m, w[None, :], exact=True).energies, energies, atol=1e-9)
+    _, halves = excited.state_expectations(m.reshape(2, -1, K, K), o.reshape(2, -1, K, K), w.reshape(2, -1))
+    assert np.all(halves > 0)

@@ -30,6 +30,15 @@ def dense_levels(n_levels=K):
     return np.linalg.eigvalsh(dense)[:n_levels]
 
 
+def exact_magnetisation_x(n_levels=K):
+    """1/N sum_i <X_i> in each of the lowest eigenvectors (the levels are not degenerate)."""
+    space = hb.chain(L)
+    states = hb.all_states(space)
+    _, vectors = np.linalg.eigh(pauli.to_sparse(hamiltonians.ising(space, h=H), states).toarray())
+    x = pauli.to_sparse(pauli.pauli_sum(L, [(1.0 / L, "X", (i,)) for i in range(L)]), states).toarray()
+    return [float(v @ x @ v) for v in vectors[:, :n_levels].T]
+
+
 def run(overrides, run_dir, layout=None):
     """The run of the composed config in run_dir (on `layout`, else one device)."""
     return app.execute(build(compose_config(overrides)), layout or mesh.make_mesh("single"), run_dir)
@@ -54,8 +63,9 @@ def levels_of(summary):
 def test_the_cli_run_finds_the_lowest_levels(tmp_path):
     """`python -m runner task=excited` on the TFIM chain (L=4, h=1, K=2): each level within 5
     error bars plus 1e-3 relative of dense eigvalsh, the gaps within 5 of their error bars plus 1 %,
+    each state's magnetization_x within 5 error bars plus 1e-2 of the eigenvector's,
     the exact fields those of eigvalsh, the checkpoint holding the K states' parameters."""
-    run_cli([*TINY, "n_iter=200", f"hydra.run.dir={tmp_path}"], REPO, check=True, timeout=600)
+    run_cli([*TINY, "n_iter=200", "observables=spin", f"hydra.run.dir={tmp_path}"], REPO, check=True, timeout=600)
     summary = json.loads((tmp_path / "summary.json").read_text())
     exact = dense_levels()
     assert summary["task"] == "excited" and summary["status"] == "completed" and summary["n_states"] == K
@@ -72,6 +82,9 @@ def test_the_cli_run_finds_the_lowest_levels(tmp_path):
         assert 0 <= state["variance"] < 0.05 and state["v_score"] >= 0
     assert summary["energy"] == pytest.approx(energies.sum(), abs=1e-9)  # the trace: sum_j H_j's local energy
     assert summary["exact_energy"] == pytest.approx(exact.sum(), rel=1e-12)
+    for state, x in zip(summary["states"], exact_magnetisation_x()):  # each eigenstate's <X>, measured in it
+        found, error = state["observables"]["magnetization_x"], state["observables"]["magnetization_x_error"]
+        assert error > 0 and abs(found - x) < 5 * error + 1e-2, (found, error, x)
     leaves = checkpoint_leaves(tmp_path)
     assert any(v.ndim >= 1 and v.shape[0] == K and np.iscomplexobj(v) for v in leaves.values())
     check_states_span_the_lowest_levels(tmp_path)
