@@ -20,7 +20,7 @@ from runner.core import integrators, observe
 from runner.core.full_sum import FullSumSampler
 from runner.core.problem import draw
 from runner.core.sampler import init_chains, random_state
-from runner.core.tdvp import parameter_derivative, time_derivative
+from runner.core.tdvp import DynamicsState, parameter_derivative, start, time_derivative
 from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, loop, rundir, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
@@ -44,14 +44,6 @@ class Initial(NamedTuple):
 
     params: Any
     chains: Any
-
-
-class DynamicsState(NamedTuple):
-    """Everything a time evolution needs to continue exactly: the parameters and the integrator's
-    state (t, dt, the FSAL stage, counts), whose carry is the Markov chains."""
-
-    params: Any
-    integrator: integrators.IntegratorState
 
 
 def _plus_x_params(problem, seed: int):
@@ -130,7 +122,7 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Comp
     integrator = task.integrator
 
     def begin(params, chains):
-        return DynamicsState(params, integrators.init(integrator, f, 0.0, params, chains))
+        return start(integrator, f, params, chains)
 
     def advance(state, t_end):
         return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end))

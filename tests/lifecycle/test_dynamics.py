@@ -12,7 +12,7 @@ import pytest
 import scipy.linalg
 
 from models import Jastrow
-from runner import app
+from runner import api, app, evaluate
 from runner.config.build import build
 from runner.config.task import read
 from runner.core import precond
@@ -176,6 +176,44 @@ def test_resume_continues_bit_for_bit_and_compiles_once(tmp_path, monkeypatch):
     summary = run([*SAMPLED, "task.t_end=0.4"], tmp_path / "parts")
     assert summary["t_reached"] == 0.4 and summary["n_saved"] == 5
     assert_same_run(tmp_path / "parts", tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_load_and_evaluate_read_the_state_at_the_last_saved_time(tmp_path):
+    """`runner.load` and `runner.evaluate` on a sampled quench stopped at t = 0.2: the parameters
+    are the dynamics checkpoint's, `t` its saved time, and the state is the evolved one: the
+    evaluated energy and M_x agree with the trajectory's last record within error bars and with a
+    dense sum over the loaded psi, whose M_x has left its t = 0 value 1."""
+    run_dir = tmp_path / "quench"
+    overrides = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=512", "sampler.n_chains=8",
+                 "task.integrator=rk4", "task.dt=0.02", "task.t_end=0.2", "exact=false"]
+    run_cli([*overrides, f"hydra.run.dir={run_dir}"], REPO, check=True)
+    last = trajectory(run_dir)[-1]
+    trained = api.load(run_dir)
+    assert trained.t == last["t"] == 0.2 and trained.step == 2 and "t=0.2" in repr(trained)
+    saved, meta = checkpoint.load(run_dir / "checkpoint", load.state_like(trained_experiment(run_dir)))
+    assert meta["t"] == 0.2 and float(saved.integrator.t) == 0.2
+    for got, want in zip(jax.tree_util.tree_leaves(trained.params), jax.tree_util.tree_leaves(saved.params)):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    states = hb.all_states(hb.chain(N))
+    psi = np.zeros(2**N, complex)
+    psi[basis_index(states)] = np.exp(np.asarray(trained.log_psi(jnp.asarray(states))))
+    psi /= np.linalg.norm(psi)
+    H = dense_ising(hb.chain(N).bonds, N, 1.0, H_QUENCH)
+    mx = np.vdot(psi, sum(site_op(X, i, N) for i in range(N)) @ psi).real / N
+    energy = np.vdot(psi, H @ psi).real
+    assert mx < 0.95
+    result = evaluate.evaluate(run_dir, ["sampler.n_samples=4096", "peak_search=0"])
+    assert result["t"] == 0.2 and result["chains"] == "checkpoint"
+    for ours, error, key in ((result["energy"], result["energy_error"], "energy"),
+                             (result["observables"]["mx"]["mean"], result["observables"]["mx"]["error"], "obs/mx")):
+        exact = energy if key == "energy" else mx
+        assert abs(ours - last[key]) < 4 * np.hypot(error, last[f"{key}_error"]), key
+        assert abs(ours - exact) < 4 * error, key
+
+
+def trained_experiment(run_dir):
+    return load.experiment_of(load.read_config(run_dir))
 
 
 @pytest.mark.slow
