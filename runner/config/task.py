@@ -5,7 +5,7 @@ import dataclasses
 
 from runner.core import integrators
 from runner.core.tdvp import TDVP, tdvp
-from runner.errors import ConfigError, require_choice, require_number
+from runner.errors import ConfigError, require_choice, require_int, require_number
 
 GROUND_STATE, DYNAMICS = "ground_state", "dynamics"
 INTEGRATORS = ("euler", "heun", "rk4", "rk23", "rk45")
@@ -13,7 +13,7 @@ ADAPTIVE = ("rk23", "rk45")
 PROPAGATIONS = ("real", "imaginary")
 INITIAL_STATES = ("plus_x", "init_from")
 DYNAMICS_KEYS = ("name", "t_end", "dt", "integrator", "atol", "rtol", "dt_min", "dt_max", "save_every",
-                 "propagation", "diag_shift", "rcond", "snr_cutoff", "initial_state")
+                 "propagation", "diag_shift", "rcond", "snr_cutoff", "initial_state", "measure_rounds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Dynamics:
     integrator: integrators.Integrator
     equation: TDVP
     initial_state: str  # plus_x | init_from
+    measure_rounds: int  # draws of n_samples per saved time's measurement
 
     @property
     def real_time(self) -> bool:
@@ -84,7 +85,8 @@ def read(node) -> Dynamics | None:
     except ConfigError as err:
         raise ConfigError(f"task.{err.key}", err.message) from None
     initial_state = require_choice("task.initial_state", node.get("initial_state"), INITIAL_STATES)
-    return Dynamics(t_end, save_every, integrator, equation, initial_state)
+    measure_rounds = require_int("task.measure_rounds", node.get("measure_rounds"), minimum=1)
+    return Dynamics(t_end, save_every, integrator, equation, initial_state, measure_rounds)
 
 
 def is_default(node) -> bool:

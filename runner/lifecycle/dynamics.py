@@ -18,7 +18,7 @@ import numpy as np
 from runner.config import fingerprint
 from runner.core import integrators, observe
 from runner.core.full_sum import FullSumSampler
-from runner.core.problem import draw
+from runner.core.problem import draw, sums_exactly
 from runner.core.sampler import init_chains, random_state
 from runner.core.tdvp import DynamicsState, parameter_derivative, start, time_derivative
 from runner.errors import ConfigError
@@ -88,10 +88,27 @@ def check(experiment):
                                                 "configurations; use initial_state=init_from")
 
 
-def measure(problem, equation, obs, params, chains):
+def draw_rounds(problem, params, chains, rounds: int):
+    """`draw`'s (chains, sigma [C, R T, N], w, acceptance) of `rounds` consecutive draws, each
+    chain's rounds joined into one longer chain (so error bars see their correlation); one draw
+    for rounds 1 or a full sum (more would repeat it)."""
+    if rounds == 1 or sums_exactly(problem):
+        return draw(problem, params, chains)
+
+    def one(chains, _):
+        chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, params, chains)
+        return chains, (sigma_CxTxN, w_CxT, acceptance)
+
+    chains, (sigma_RxCxTxN, w_RxCxT, acceptance_R) = jax.lax.scan(one, chains, length=rounds)
+    join = lambda x: jnp.moveaxis(x, 0, 1).reshape(x.shape[1], -1, *x.shape[3:])  # noqa: E731
+    return chains, join(sigma_RxCxTxN), None if w_RxCxT is None else join(w_RxCxT), jnp.mean(acceptance_R)
+
+
+def measure(problem, equation, obs, params, chains, rounds: int = 1):
     """(chains, metrics) at the current parameters: energy, its error, the TDVP residual and the
-    observables from one draw of samples (a full sum's: exact), the chains advanced by it."""
-    chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, params, chains)
+    observables from `rounds` draws of samples (`draw_rounds`; a full sum's: exact), the chains
+    advanced by them."""
+    chains, sigma_CxTxN, w_CxT, acceptance = draw_rounds(problem, params, chains, rounds)
     _, info = parameter_derivative(problem, equation, params, sigma_CxTxN, w_CxT)
     out = {"energy": jnp.real(info.energy.mean), "energy_error": info.energy.error_of_mean,
            "residual": info.residual, "acceptance": acceptance}
@@ -128,7 +145,8 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Comp
         return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end))
 
     def measured(state):
-        chains, metrics = measure(problem, task.equation, experiment.observables, state.params, state.integrator.carry)
+        chains, metrics = measure(problem, task.equation, experiment.observables, state.params, state.integrator.carry,
+                                  task.measure_rounds)
         return state._replace(integrator=state.integrator._replace(carry=chains)), metrics
 
     with mesh.activate(layout):

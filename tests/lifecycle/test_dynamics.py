@@ -259,6 +259,35 @@ def test_free_fermion_reference_is_the_exact_quench(tmp_path, monkeypatch, n_sit
 
 
 @pytest.mark.slow
+def test_measure_rounds_join_consecutive_draws():
+    """measure_rounds = 4: the chains end where four single draws leave them, the energy and M_x
+    are the means over the four draws' samples, agree with the dense values within error bars,
+    and their error bars are about half of one draw's."""
+    experiment = build(compose_config([*SAMPLED, "sampler.n_samples=256"]))
+    problem, obs, task = experiment.problem, experiment.observables, experiment.settings.task
+    params = jax.tree_util.tree_map(lambda x: 0.3 * jnp.ones_like(x) * (1 + 1j), dyn._plus_x_params(problem, 0))
+    chains = smp.init_chains(problem.sampler, 0)
+    measure = jax.jit(lambda c, rounds: dyn.measure(problem, task.equation, obs, params, c, rounds), static_argnums=1)
+    joined, metrics = measure(chains, 4)
+    single, parts = chains, []
+    for _ in range(4):
+        single, m = measure(single, 1)
+        parts.append(m)
+    np.testing.assert_array_equal(joined.sigma_CxN, single.sigma_CxN)
+    for key in ("energy", "obs/mx"):
+        np.testing.assert_allclose(metrics[key], np.mean([m[key] for m in parts]), rtol=1e-12)
+        assert 0.3 < metrics[f"{key}_error"] / np.mean([m[f"{key}_error"] for m in parts]) < 0.8
+    states = hb.all_states(hb.chain(N))
+    psi = np.zeros(2**N, complex)
+    psi[basis_index(states)] = np.exp(np.asarray(problem.logpsi(params, jnp.asarray(states))))
+    psi /= np.linalg.norm(psi)
+    H = dense_ising(hb.chain(N).bonds, N, 1.0, H_QUENCH)
+    mx = np.vdot(psi, sum(site_op(X, i, N) for i in range(N)) @ psi).real / N
+    assert abs(metrics["energy"] - np.vdot(psi, H @ psi).real) < 4 * metrics["energy_error"]
+    assert abs(metrics["obs/mx"] - mx) < 4 * metrics["obs/mx_error"]
+
+
+@pytest.mark.slow
 def test_one_and_four_devices_give_the_same_run(tmp_path):
     """Sampled chains sharded over 4 fake CPU devices give the run of one device: the chains bit
     for bit, the floats to 1e-10 relative, 1e-13 absolute (the regularised inverse of S's
