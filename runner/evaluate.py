@@ -167,8 +167,7 @@ def evaluate(run_dir, overrides=()) -> dict:
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     result = {
         **estimate_fields(experiment.hilbert.n_sites, metrics, summary.get("exact_energy")),
-        "step": int(trained.meta["step"]),
-        "t": trained.meta.get("t"),  # a time evolution's last saved time; None for a ground-state run
+        "step": int(trained.meta["step"]), "t": trained.meta.get("t"),  # t: a dynamics run's last saved time
         "n_samples": problem.sampler.n_samples,
         "final_rounds": settings.final_rounds,
         "total_samples": problem.sampler.n_samples * settings.final_rounds,

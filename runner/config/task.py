@@ -85,7 +85,8 @@ def read(node) -> Dynamics | None:
     except ConfigError as err:
         raise ConfigError(f"task.{err.key}", err.message) from None
     initial_state = require_choice("task.initial_state", node.get("initial_state"), INITIAL_STATES)
-    measure_rounds = require_int("task.measure_rounds", node.get("measure_rounds"), minimum=1)
+    rounds = node.get("measure_rounds")  # null (and a run directory from before the key): one draw
+    measure_rounds = 1 if rounds is None else require_int("task.measure_rounds", rounds, minimum=1)
     return Dynamics(t_end, save_every, integrator, equation, initial_state, measure_rounds)
 
 

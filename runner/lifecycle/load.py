@@ -82,8 +82,11 @@ def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: st
 
 def experiment_of(config: dict):
     """The experiment of a run's config (`read_config`'s), without its warm start (its parameters
-    are in its own checkpoint). Touches no device."""
-    return build({**config, "init_from": None, "init_chains": False})
+    are in its own checkpoint; a time evolution's too, whatever it started from). Touches no device."""
+    task = config.get("task")
+    if isinstance(task, dict) and task.get("initial_state") == "init_from":  # the evolved state is its own
+        task = {**task, "initial_state": "plus_x"}
+    return build({**config, "task": task, "init_from": None, "init_chains": False})
 
 
 def state_like(experiment, vmc: bool = False):

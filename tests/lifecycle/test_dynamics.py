@@ -187,6 +187,8 @@ def test_load_and_evaluate_read_the_state_at_the_last_saved_time(tmp_path):
     are the dynamics checkpoint's, `t` its saved time, and the state is the evolved one: the
     evaluated energy and M_x agree with the trajectory's last record within error bars and with a
     dense sum over the loaded psi, whose M_x has left its t = 0 value 1."""
+    started_from_a_run = compose_config([*QUENCH, "task.initial_state=init_from", f"init_from={tmp_path}"])
+    assert load.experiment_of(started_from_a_run).settings.init_from is None  # its own checkpoint holds the state
     run_dir = tmp_path / "quench"
     overrides = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=512", "sampler.n_chains=8",
                  "task.integrator=rk4", "task.dt=0.02", "task.t_end=0.2", "exact=false"]
