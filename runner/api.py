@@ -26,7 +26,10 @@ class TrainedRun:
         run_dir: the run directory.
         config: the resolved config the run was composed with (a plain dict).
         params: the model parameters (a pytree of jax arrays).
-        step: the number of VMC steps the checkpoint holds.
+        step: the number of VMC steps the checkpoint holds (a time evolution's: the index of
+            its last saved time).
+        t: a time evolution's last saved time (task=dynamics), whose state `params` is; None
+            for a ground-state run.
         hilbert, hamiltonian, model, sampler: the objects the run was built with (the
             Hamiltonian as simulated, i.e. after any sign rule).
     """
@@ -47,6 +50,7 @@ class TrainedRun:
         self.model, self.sampler = self._problem.model, self._problem.sampler
         self.params = jax.tree_util.tree_map(jnp.asarray, trained.state.params)
         self.step = int(trained.meta["step"])
+        self.t = trained.meta.get("t")
         self._chains = jax.tree_util.tree_map(jnp.asarray, trained.state.chains)
         self._burn_in_sweeps = final_burn_in(self.sampler)  # before the first draw (`_draw`)
         self._log_psi = jax.jit(self._problem.logpsi)
@@ -59,7 +63,8 @@ class TrainedRun:
         return TrainedRun(state_of(self._trained, k))
 
     def __repr__(self):
-        return f"TrainedRun({str(self.run_dir)!r}, step={self.step}, n_sites={self.hilbert.n_sites})"
+        at = "" if self.t is None else f", t={self.t:g}"
+        return f"TrainedRun({str(self.run_dir)!r}, step={self.step}{at}, n_sites={self.hilbert.n_sites})"
 
     @property
     def summary(self) -> dict | None:

@@ -167,7 +167,7 @@ def evaluate(run_dir, overrides=()) -> dict:
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     result = {
         **estimate_fields(experiment.hilbert.n_sites, metrics, summary.get("exact_energy")),
-        "step": int(trained.meta["step"]),
+        "step": int(trained.meta["step"]), "t": trained.meta.get("t"),  # t: a dynamics run's last saved time
         "n_samples": problem.sampler.n_samples,
         "final_rounds": settings.final_rounds,
         "total_samples": problem.sampler.n_samples * settings.final_rounds,
@@ -213,8 +213,9 @@ def main(argv=None):
     except DistributedInitError as err:
         print(err, file=sys.stderr)
         sys.exit(1)
+    at = f"step {result['step']}" if result["t"] is None else f"t = {result['t']:g}"
     lines = [f"energy: {result['energy']:.10f} ± {result['energy_error']:.2e}  (V-score {result['v_score']:.2e}, "
-             f"{result['total_samples']} samples at step {result['step']}, chains: {result['chains']})"]
+             f"{result['total_samples']} samples at {at}, chains: {result['chains']})"]
     if result["relative_error"] is not None:
         lines.append(f"relative error: {result['relative_error']:.2e} (exact {result['exact_energy']:.10f})")
     for name, value in result.get("observables", {}).items():

@@ -13,7 +13,7 @@ ADAPTIVE = ("rk23", "rk45")
 PROPAGATIONS = ("real", "imaginary")
 INITIAL_STATES = ("plus_x", "init_from")
 DYNAMICS_KEYS = ("name", "t_end", "dt", "integrator", "atol", "rtol", "dt_min", "dt_max", "save_every",
-                 "propagation", "diag_shift", "rcond", "snr_cutoff", "initial_state")
+                 "propagation", "diag_shift", "rcond", "snr_cutoff", "initial_state", "measure_rounds")
 EXCITED_KEYS = ("name", "n_states")
 
 
@@ -33,6 +33,7 @@ class Dynamics:
     integrator: integrators.Integrator
     equation: TDVP
     initial_state: str  # plus_x | init_from
+    measure_rounds: int  # draws of n_samples per saved time's measurement
 
     @property
     def real_time(self) -> bool:
@@ -98,7 +99,9 @@ def read(node) -> Dynamics | Excited | None:
     except ConfigError as err:
         raise ConfigError(f"task.{err.key}", err.message) from None
     initial_state = require_choice("task.initial_state", node.get("initial_state"), INITIAL_STATES)
-    return Dynamics(t_end, save_every, integrator, equation, initial_state)
+    rounds = node.get("measure_rounds")  # null (and a run directory from before the key): one draw
+    measure_rounds = 1 if rounds is None else require_int("task.measure_rounds", rounds, minimum=1)
+    return Dynamics(t_end, save_every, integrator, equation, initial_state, measure_rounds)
 
 
 def is_default(node) -> bool:

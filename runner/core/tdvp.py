@@ -19,12 +19,13 @@ dtype's epsilon times lambda_max are dropped outright) and, with samples, by
 per-sample contributions, the samples taken as independent).
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from runner.core import integrators
 from runner.core.jacobian import centred, jacobian
 from runner.core.local_energy import local_energies
 from runner.core.problem import Problem, draw, sums_exactly
@@ -149,3 +150,17 @@ def time_derivative(problem: Problem, equation: TDVP):
         return parameter_derivative(problem, equation, params, sigma_CxTxN, w_CxT)[0], chains
 
     return f
+
+
+class DynamicsState(NamedTuple):
+    """Everything a time evolution needs to continue exactly: the parameters and the integrator's
+    state (t, dt, the FSAL stage, counts), whose carry is the Markov chains."""
+
+    params: Any
+    integrator: integrators.IntegratorState
+
+
+def start(integrator: integrators.Integrator, f, params, chains) -> DynamicsState:
+    """The state of a time evolution at t = 0 from `params` and `chains`; `f`: its time derivative
+    (`time_derivative`), which a FSAL integrator evaluates there."""
+    return DynamicsState(params, integrators.init(integrator, f, 0.0, params, chains))

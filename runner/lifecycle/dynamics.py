@@ -19,11 +19,11 @@ from runner.config import fingerprint
 from runner.config.task import Dynamics
 from runner.core import integrators, observe
 from runner.core.full_sum import FullSumSampler
-from runner.core.problem import draw
+from runner.core.problem import draw, sums_exactly
 from runner.core.sampler import init_chains, random_state
-from runner.core.tdvp import parameter_derivative, time_derivative
+from runner.core.tdvp import DynamicsState, parameter_derivative, start, time_derivative
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, loop, rundir, warm_start
+from runner.lifecycle import checkpoint, load, loop, rundir, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import trajectory_plot
 from runner.outputs.summary import finite
@@ -45,14 +45,6 @@ class Initial(NamedTuple):
 
     params: Any
     chains: Any
-
-
-class DynamicsState(NamedTuple):
-    """Everything a time evolution needs to continue exactly: the parameters and the integrator's
-    state (t, dt, the FSAL stage, counts), whose carry is the Markov chains."""
-
-    params: Any
-    integrator: integrators.IntegratorState
 
 
 def _plus_x_params(problem, seed: int):
@@ -99,10 +91,27 @@ def check(experiment):
                                                 "configurations; use initial_state=init_from")
 
 
-def measure(problem, equation, obs, params, chains):
+def draw_rounds(problem, params, chains, rounds: int):
+    """`draw`'s (chains, sigma [C, R T, N], w, acceptance) of `rounds` consecutive draws, each
+    chain's rounds joined into one longer chain (so error bars see their correlation); one draw
+    for rounds 1 or a full sum (more would repeat it)."""
+    if rounds == 1 or sums_exactly(problem):
+        return draw(problem, params, chains)
+
+    def one(chains, _):
+        chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, params, chains)
+        return chains, (sigma_CxTxN, w_CxT, acceptance)
+
+    chains, (sigma_RxCxTxN, w_RxCxT, acceptance_R) = jax.lax.scan(one, chains, length=rounds)
+    join = lambda x: jnp.moveaxis(x, 0, 1).reshape(x.shape[1], -1, *x.shape[3:])  # noqa: E731
+    return chains, join(sigma_RxCxTxN), None if w_RxCxT is None else join(w_RxCxT), jnp.mean(acceptance_R)
+
+
+def measure(problem, equation, obs, params, chains, rounds: int = 1):
     """(chains, metrics) at the current parameters: energy, its error, the TDVP residual and the
-    observables from one draw of samples (a full sum's: exact), the chains advanced by it."""
-    chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, params, chains)
+    observables from `rounds` draws of samples (`draw_rounds`; a full sum's: exact), the chains
+    advanced by them."""
+    chains, sigma_CxTxN, w_CxT, acceptance = draw_rounds(problem, params, chains, rounds)
     _, info = parameter_derivative(problem, equation, params, sigma_CxTxN, w_CxT)
     out = {"energy": jnp.real(info.energy.mean), "energy_error": info.energy.error_of_mean,
            "residual": info.residual, "acceptance": acceptance}
@@ -133,13 +142,14 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Comp
     integrator = task.integrator
 
     def begin(params, chains):
-        return DynamicsState(params, integrators.init(integrator, f, 0.0, params, chains))
+        return start(integrator, f, params, chains)
 
     def advance(state, t_end):
         return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end))
 
     def measured(state):
-        chains, metrics = measure(problem, task.equation, experiment.observables, state.params, state.integrator.carry)
+        chains, metrics = measure(problem, task.equation, experiment.observables, state.params, state.integrator.carry,
+                                  task.measure_rounds)
         return state._replace(integrator=state.integrator._replace(carry=chains)), metrics
 
     with mesh.activate(layout):
@@ -221,13 +231,17 @@ def initial_vector(problem, params, hilbert) -> np.ndarray:
 
 
 def exact_trajectory(experiment, params, times) -> dict | None:
-    """{"t", "energy", "obs/<name>"} of the exact dynamics on `times` from the run's own initial
-    state (the variational state at `params`, enumerated: uniform for plus_x, the init_from run's
-    state otherwise), on process 0, in real time where `exact` allows it (auto: at most 2^20
-    states); None otherwise."""
+    """{"t", "energy", "obs/<name>"} of the exact dynamics on `times`, on process 0, in real time:
+    where `exact` allows it (auto: at most 2^20 states), from the run's own initial state (the
+    variational state at `params`, enumerated: uniform for plus_x, the init_from run's state
+    otherwise); past that, with exact: auto, by free fermions for a periodic Ising chain started
+    from a ground-state run of the same chain at another field (`free_fermion_trajectory`);
+    None otherwise."""
     settings, obs = experiment.settings, experiment.observables
-    if not (settings.task.real_time and wants_exact(settings.exact, experiment.hilbert) and distributed.is_main()):
+    if not (settings.task.real_time and distributed.is_main()):
         return None
+    if not wants_exact(settings.exact, experiment.hilbert):
+        return free_fermion_trajectory(experiment, times) if settings.exact == "auto" else None
     started = time.perf_counter()
     psi0_D = initial_vector(experiment.problem, params, experiment.hilbert)
     psi_TxD = exact_dynamics.evolve(experiment.hamiltonian, experiment.hilbert, psi0_D, times)
@@ -239,12 +253,44 @@ def exact_trajectory(experiment, params, times) -> dict | None:
     return {"t": [float(t) for t in times], **{k: [float(x) for x in v] for k, v in values.items()}}
 
 
+def _source_hamiltonian(experiment):
+    """The Hamiltonian of the init_from run when it was a ground-state run, else None."""
+    src = experiment.settings.init_from
+    if experiment.settings.task.initial_state != "init_from" or src is None:
+        return None
+    source = load.experiment_of(load.read_config(src.run_dir))
+    return source.hamiltonian if source.settings.task is None else None
+
+
+def free_fermion_trajectory(experiment, times) -> dict | None:
+    """{"t", "energy", "obs/<name>" for every observable c sum_i X_i, "initial_state"} of the
+    periodic Ising chain (-J sum Z_i Z_i+1 - h1 sum X_i) started in the exact ground state at the
+    field h0 of the init_from run's Hamiltonian (the same chain and J) -- the exact state, not the
+    trained one -- by free fermions (`runner.physics.dynamics.ising_quench_magnetisation`); None
+    when the run is not such a quench."""
+    source = _source_hamiltonian(experiment)
+    quench = exact_dynamics.ising_chain_couplings(experiment.hamiltonian)
+    start = None if source is None else exact_dynamics.ising_chain_couplings(source)
+    if quench is None or start is None or start[0] != quench[0] or source.n_sites != experiment.hilbert.n_sites:
+        return None
+    (J, h1), (_, h0), n = quench, start, experiment.hilbert.n_sites
+    x_T = exact_dynamics.ising_quench_magnetisation(n, h0, h1, times, J=J)
+    out = {"t": [float(t) for t in times], "energy": [exact_dynamics.ising_quench_energy(n, h0, h1, J)] * len(times)}
+    obs = experiment.observables
+    for name, op in zip(obs.names, obs.simulated) if obs is not None else ():
+        c = exact_dynamics.uniform_x_coefficient(op)
+        if c is not None:
+            out[f"obs/{name}"] = [float(c * n * x) for x in x_T]
+    log.info("exact dynamics by free fermions from the exact ground state at h = %g", h0)
+    return {**out, "initial_state": f"the exact ground state at h = {h0!r} (free fermions), not the init_from run's"}
+
+
 def max_abs_errors(records: list[dict], exact: dict | None) -> dict | None:
     """{quantity: max over the saved times reached of |ours - exact|}, or None without exact values."""
     if exact is None:
         return None
     out = {}
-    for key in (k for k in exact if k != "t"):
+    for key in (k for k in exact if k == "energy" or k.startswith("obs/")):
         pairs = [(r.get(key), e) for r, e in zip(records, exact[key])]
         out[key] = None if any(a is None for a, _ in pairs) else max(abs(a - e) for a, e in pairs)
     return out

@@ -8,6 +8,7 @@ from typing import Any
 
 from runner.config import fingerprint
 from runner.config.build import build
+from runner.config.task import Dynamics
 from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, rundir
 
@@ -25,8 +26,10 @@ class Trained:
         run_dir: the run directory.
         config: the resolved config the run was composed with.
         experiment: `runner.config.build.Experiment` built from it (without its warm start).
-        state: the `VMCState` of the checkpoint, NumPy leaves.
-        meta: the checkpoint's meta dict (`step`, `seed`, `config_fingerprint`).
+        state: the `VMCState` of the checkpoint, NumPy leaves (a time evolution's: its parameters
+            and chains at its last saved time).
+        meta: the checkpoint's meta dict (`step`, `seed`, `config_fingerprint`; a time
+            evolution's also `t`, its last saved time, and `step` is that time's index).
     """
 
     run_dir: Path
@@ -80,21 +83,41 @@ def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: st
 
 def experiment_of(config: dict):
     """The experiment of a run's config (`read_config`'s), without its warm start (its parameters
-    are in its own checkpoint). Touches no device."""
-    return build({**config, "init_from": None, "init_chains": False})
+    are in its own checkpoint; a time evolution's too, whatever it started from). Touches no device."""
+    task = config.get("task")
+    if isinstance(task, dict) and task.get("initial_state") == "init_from":  # the evolved state is its own
+        task = {**task, "initial_state": "plus_x"}
+    return build({**config, "task": task, "init_from": None, "init_chains": False})
 
 
-def state_like(experiment):
-    """Shapes and dtypes of the experiment's VMCState (`jax.ShapeDtypeStruct` leaves), under the
-    current x64 setting. Touches no device."""
+def state_like(experiment, vmc: bool = False):
+    """Shapes and dtypes of the state the experiment's checkpoint holds (`jax.ShapeDtypeStruct`
+    leaves), under the current x64 setting: its VMCState, or for a time evolution (task=dynamics)
+    its `runner.core.tdvp.DynamicsState` (`vmc`: the VMCState all the same). Touches no device."""
     import jax
     import jax.numpy as jnp
 
+    from runner.core.tdvp import start, time_derivative
     from runner.core.vmc import init_state
 
     sigma_N = jax.ShapeDtypeStruct((experiment.problem.sampler.hilbert.n_sites,), jnp.int8)  # K N sites: task=excited
     init = functools.partial(init_state, experiment.problem, experiment.settings.seed)
-    return jax.eval_shape(init, sigma_N)
+    like = jax.eval_shape(init, sigma_N)
+    task = experiment.settings.task
+    if not isinstance(task, Dynamics) or vmc:
+        return like
+    begin = functools.partial(start, task.integrator, time_derivative(experiment.problem, task.equation))
+    return jax.eval_shape(begin, like.params, like.chains)
+
+
+def _as_vmc_state(state, experiment):
+    """A time evolution's checkpointed state as a VMCState: its parameters and Markov chains at
+    the saved time, the optimizer's fields zero (a time evolution has none)."""
+    import jax
+    import numpy as np
+
+    fresh = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), state_like(experiment, vmc=True))
+    return fresh._replace(params=state.params, chains=state.integrator.carry)
 
 
 def load(run_dir, experiment=None) -> Trained:
@@ -117,4 +140,6 @@ def load(run_dir, experiment=None) -> Trained:
         state, meta = checkpoint.load(run_dir / rundir.CHECKPOINT, state_like(experiment))
     except ValueError as err:
         raise ConfigError("run directory", f"{run_dir} holds a checkpoint that does not fit its config ({err})") from None
+    if isinstance(experiment.settings.task, Dynamics):
+        state = _as_vmc_state(state, experiment)
     return Trained(run_dir, config, experiment, state, meta)

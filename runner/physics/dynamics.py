@@ -96,3 +96,43 @@ def ising_quench_magnetisation(n_sites: int, h0: float, h1: float, times, J: flo
     t_T = np.asarray(times, float)
     tau_z_TxK = -(along_K * z1 + (z0 - along_K * z1) * np.cos(2 * size1 * t_T[:, None]))
     return 2.0 / n_sites * np.sum(tau_z_TxK, axis=1)
+
+
+def ising_ground_energy(n_sites: int, h: float, J: float = 1.0) -> float:
+    """The ground-state energy of the periodic chain H = -J sum Z_i Z_i+1 - h sum X_i (even
+    n_sites), by free fermions: -sum_k sqrt(J^2 + h^2 - 2 J h cos k) over the N antiperiodic
+    momenta k = (2n - 1) pi / N of the even-parity sector (`ising_quench_magnetisation`)."""
+    if isinstance(n_sites, bool) or not isinstance(n_sites, int) or n_sites < 2 or n_sites % 2:
+        raise ValueError(f"n_sites must be an even integer >= 2 (got {n_sites!r})")
+    k_K = (2 * np.arange(1, n_sites + 1) - 1) * np.pi / n_sites
+    return float(-np.sum(np.sqrt(J**2 + h**2 - 2 * J * h * np.cos(k_K))))
+
+
+def ising_quench_energy(n_sites: int, h0: float, h1: float, J: float = 1.0) -> float:
+    """<H(h1)> in the ground state at h0 (conserved under H(h1)): E0(h0) + (h0 - h1) sum_i <X_i>."""
+    x0 = ising_quench_magnetisation(n_sites, h0, h0, [0.0], J=J)[0]
+    return ising_ground_energy(n_sites, h0, J) + (h0 - h1) * n_sites * x0
+
+
+def ising_chain_couplings(hamiltonian: PauliSum) -> tuple[float, float] | None:
+    """(J, h) when `hamiltonian` is exactly -J sum Z_i Z_i+1 - h sum X_i on a periodic chain of an
+    even number N >= 4 of sites in this order, unrotated (J, h nonzero); None otherwise."""
+    n = hamiltonian.n_sites
+    if hamiltonian.rotated is not None or n < 4 or n % 2:
+        return None
+    ring = {tuple(sorted((i, (i + 1) % n))) for i in range(n)}
+    zz = {sites: c for c, ops, sites in hamiltonian.terms if ops == "ZZ"}
+    x = {sites: c for c, ops, sites in hamiltonian.terms if ops == "X"}
+    if len(zz) + len(x) != len(hamiltonian.terms) or set(zz) != ring or set(x) != {(i,) for i in range(n)}:
+        return None
+    if len(set(zz.values())) != 1 or len(set(x.values())) != 1:
+        return None
+    return -next(iter(zz.values())), -next(iter(x.values()))
+
+
+def uniform_x_coefficient(operator: PauliSum) -> float | None:
+    """c when `operator` is exactly c sum_i X_i over every site (unrotated); None otherwise."""
+    x = {sites: c for c, ops, sites in operator.terms if ops == "X"}
+    if operator.rotated is not None or len(x) != len(operator.terms) or set(x) != {(i,) for i in range(operator.n_sites)}:
+        return None
+    return next(iter(x.values())) if len(set(x.values())) == 1 else None

@@ -48,6 +48,7 @@ def test_save_times_are_multiples_of_save_every_and_end_at_t_end():
     ("task.initial_state=init_from", "task.initial_state"),
     ("task.rcond=2", "task.rcond"),
     ("task.snr_cutoff=-1", "task.snr_cutoff"),
+    ("task.measure_rounds=0", "task.measure_rounds"),
     ("+task.typo=1", "task.typo"),
 ])
 def test_bad_values_name_their_key(override, key):

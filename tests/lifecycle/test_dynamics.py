@@ -1,6 +1,7 @@
 """task=dynamics: a quench against exact dynamics from Kronecker products, resume bit for bit, the
 same numbers on 1 and 4 devices, one trace of the time derivative per run, the plus_x check."""
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -10,18 +11,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
+import yaml
 
 from models import Jastrow
-from runner import app
+from runner import api, app, evaluate
 from runner.config.build import build
 from runner.config.task import read
 from runner.core import precond
 from runner.core import sampler as smp
 from runner.core.problem import Problem
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, load
+from runner.lifecycle import checkpoint, load, warm_start
 from runner.lifecycle import dynamics as dyn
 from runner.parallel import mesh
+from runner.physics import dynamics as exact_dynamics
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
 from tests.config.test_build import compose_config
@@ -176,6 +179,114 @@ def test_resume_continues_bit_for_bit_and_compiles_once(tmp_path, monkeypatch):
     summary = run([*SAMPLED, "task.t_end=0.4"], tmp_path / "parts")
     assert summary["t_reached"] == 0.4 and summary["n_saved"] == 5
     assert_same_run(tmp_path / "parts", tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_load_and_evaluate_read_the_state_at_the_last_saved_time(tmp_path):
+    """`runner.load` and `runner.evaluate` on a sampled quench stopped at t = 0.2: the parameters
+    are the dynamics checkpoint's, `t` its saved time, and the state is the evolved one: the
+    evaluated energy and M_x agree with the trajectory's last record within error bars and with a
+    dense sum over the loaded psi, whose M_x has left its t = 0 value 1."""
+    started_from_a_run = compose_config([*QUENCH, "task.initial_state=init_from", f"init_from={tmp_path}"])
+    assert load.experiment_of(started_from_a_run).settings.init_from is None  # its own checkpoint holds the state
+    run_dir = tmp_path / "quench"
+    overrides = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=512", "sampler.n_chains=8",
+                 "task.integrator=rk4", "task.dt=0.02", "task.t_end=0.2", "exact=false"]
+    run_cli([*overrides, f"hydra.run.dir={run_dir}"], REPO, check=True)
+    last = trajectory(run_dir)[-1]
+    trained = api.load(run_dir)
+    assert trained.t == last["t"] == 0.2 and trained.step == 2 and "t=0.2" in repr(trained)
+    saved, meta = checkpoint.load(run_dir / "checkpoint", load.state_like(trained_experiment(run_dir)))
+    assert meta["t"] == 0.2 and float(saved.integrator.t) == 0.2
+    for got, want in zip(jax.tree_util.tree_leaves(trained.params), jax.tree_util.tree_leaves(saved.params)):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    states = hb.all_states(hb.chain(N))
+    psi = np.zeros(2**N, complex)
+    psi[basis_index(states)] = np.exp(np.asarray(trained.log_psi(jnp.asarray(states))))
+    psi /= np.linalg.norm(psi)
+    H = dense_ising(hb.chain(N).bonds, N, 1.0, H_QUENCH)
+    mx = np.vdot(psi, sum(site_op(X, i, N) for i in range(N)) @ psi).real / N
+    energy = np.vdot(psi, H @ psi).real
+    assert mx < 0.95
+    result = evaluate.evaluate(run_dir, ["sampler.n_samples=4096", "peak_search=0"])
+    assert result["t"] == 0.2 and result["chains"] == "checkpoint"
+    for ours, error, key in ((result["energy"], result["energy_error"], "energy"),
+                             (result["observables"]["mx"]["mean"], result["observables"]["mx"]["error"], "obs/mx")):
+        exact = energy if key == "energy" else mx
+        assert abs(ours - last[key]) < 4 * np.hypot(error, last[f"{key}_error"]), key
+        assert abs(ours - exact) < 4 * error, key
+
+
+def trained_experiment(run_dir):
+    return load.experiment_of(load.read_config(run_dir))
+
+
+@pytest.mark.parametrize("n_sites,h0,h1", [(8, 0.5, 1.0), (10, 2.0, 0.7)])
+def test_free_fermion_reference_is_the_exact_quench(tmp_path, monkeypatch, n_sites, h0, h1):
+    """A quench of the periodic Ising chain from a ground-state run at h0 (only its config is read)
+    to h1: past exact's size the reference comes from free fermions, and on a chain small enough
+    for both it equals the exact ground state at h0 evolved by `evolve` (Krylov) to 1e-10, for the
+    energy and every observable c sum X_i (the spin set's magnetization_x, a custom 2 sum X_i);
+    the Y Z correlator, which free fermions do not give here, is left out."""
+    source = tmp_path / "ground_state"
+    (source / ".hydra").mkdir(parents=True)
+    (source / ".hydra" / "config.yaml").write_text(
+        yaml.safe_dump(compose_config([f"hilbert.L={n_sites}", f"hamiltonian.h={h0}", "hamiltonian.J=0.8"])))
+    observables = ["observables=custom", "~observables.operators",
+                   "+observables.operators={x2: [{coeff: 2.0, ops: X, on: sites}], yz: [{coeff: 1.0, ops: YZ, on: bonds}]}"]
+    for obs in (["observables=spin"], observables):
+        experiment = build(compose_config(["task=dynamics", f"hilbert.L={n_sites}", f"hamiltonian.h={h1}",
+                                           "hamiltonian.J=0.8", "task.initial_state=init_from",
+                                           f"init_from={source}", *obs]))
+        src = warm_start.Source(source, 0, "", False)
+        experiment = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, init_from=src))
+        times = [0.0, 0.25, 0.5, 1.0, 2.0]
+        monkeypatch.setattr(dyn, "wants_exact", lambda *_: False)
+        reference = dyn.exact_trajectory(experiment, None, times)
+        assert reference["initial_state"].startswith(f"the exact ground state at h = {h0}")
+        lattice = experiment.hilbert
+        idx = basis_index(hb.all_states(lattice))
+        H0 = dense_ising(lattice.bonds, n_sites, 0.8, h0)[np.ix_(idx, idx)]
+        psi_TxD = exact_dynamics.evolve(experiment.hamiltonian, lattice, np.linalg.eigh(H0)[1][:, 0], times)
+        operators = {"energy": experiment.hamiltonian,
+                     **{f"obs/{n}": op for n, op in zip(experiment.observables.names, experiment.observables.simulated)}}
+        krylov = exact_dynamics.expectation_values(operators, lattice, psi_TxD)
+        x_keys = {"obs/magnetization_x", "obs/x2"} & set(krylov)
+        assert set(reference) == {"t", "energy", "initial_state", *x_keys} and len(x_keys) == 1
+        for key in ("energy", *x_keys):
+            np.testing.assert_allclose(reference[key], krylov[key], atol=1e-10, err_msg=key)
+        assert np.ptp(reference[x_keys.pop()]) > 0.05
+    other = dataclasses.replace(experiment, hamiltonian=hamiltonians.ising(lattice, J=1.0, h=h1))
+    assert dyn.exact_trajectory(other, None, times) is None  # the source's J differs
+
+
+@pytest.mark.slow
+def test_measure_rounds_join_consecutive_draws():
+    """measure_rounds = 4: the chains end where four single draws leave them, the energy and M_x
+    are the means over the four draws' samples, agree with the dense values within error bars,
+    and their error bars are about half of one draw's."""
+    experiment = build(compose_config([*SAMPLED, "sampler.n_samples=256"]))
+    problem, obs, task = experiment.problem, experiment.observables, experiment.settings.task
+    params = jax.tree_util.tree_map(lambda x: 0.3 * jnp.ones_like(x) * (1 + 1j), dyn._plus_x_params(problem, 0))
+    chains = smp.init_chains(problem.sampler, 0)
+    measure = jax.jit(lambda c, rounds: dyn.measure(problem, task.equation, obs, params, c, rounds), static_argnums=1)
+    joined, metrics = measure(chains, 4)
+    single, parts = chains, []
+    for _ in range(4):
+        single, m = measure(single, 1)
+        parts.append(m)
+    np.testing.assert_array_equal(joined.sigma_CxN, single.sigma_CxN)
+    for key in ("energy", "obs/mx"):
+        np.testing.assert_allclose(metrics[key], np.mean([m[key] for m in parts]), rtol=1e-12)
+        assert 0.3 < metrics[f"{key}_error"] / np.mean([m[f"{key}_error"] for m in parts]) < 0.8
+    states = hb.all_states(hb.chain(N))
+    psi = np.zeros(2**N, complex)
+    psi[basis_index(states)] = np.exp(np.asarray(problem.logpsi(params, jnp.asarray(states))))
+    psi /= np.linalg.norm(psi)
+    H = dense_ising(hb.chain(N).bonds, N, 1.0, H_QUENCH)
+    mx = np.vdot(psi, sum(site_op(X, i, N) for i in range(N)) @ psi).real / N
+    assert abs(metrics["energy"] - np.vdot(psi, H @ psi).real) < 4 * metrics["energy_error"]
+    assert abs(metrics["obs/mx"] - mx) < 4 * metrics["obs/mx_error"]
 
 
 @pytest.mark.slow

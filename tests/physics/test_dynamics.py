@@ -82,3 +82,33 @@ def test_refuses_what_it_cannot_do():
         dynamics.ising_quench_magnetisation(7, 1.0, 2.0, [0.0])
     with pytest.raises(ValueError, match="increasing"):
         dynamics.evolve(hamiltonians.ising(hb.chain(4)), hb.chain(4), np.ones(16), [1.0, 0.5])
+
+
+@pytest.mark.parametrize("h", [0.5, 1.7])
+def test_free_fermion_ground_energy_and_quench_energy(h):
+    """The free-fermion ground energy at h against dense diagonalisation (J = 0.9, N = 8), and the
+    conserved <H(h1)> from that ground state against the state's dense expectation value."""
+    n, J, h1 = 8, 0.9, 1.3
+    idx = basis_index(hb.all_states(hb.chain(n)))
+    H0 = dense_pauli(hamiltonians.ising(hb.chain(n), J=J, h=h).terms, n)[np.ix_(idx, idx)]
+    H1 = dense_pauli(hamiltonians.ising(hb.chain(n), J=J, h=h1).terms, n)[np.ix_(idx, idx)]
+    energies, vectors = np.linalg.eigh(H0)
+    np.testing.assert_allclose(dynamics.ising_ground_energy(n, h, J=J), energies[0], rtol=1e-12)
+    psi = vectors[:, 0]
+    np.testing.assert_allclose(dynamics.ising_quench_energy(n, h, h1, J=J), psi @ H1 @ psi, rtol=1e-12)
+
+
+def test_ising_chain_and_uniform_x_are_recognised_exactly():
+    """(J, h) of a periodic Ising chain and c of c sum X_i; anything else (an open chain, a square
+    lattice, an odd chain, a missing or different term, a rotated basis) is None."""
+    assert dynamics.ising_chain_couplings(hamiltonians.ising(hb.chain(8), J=0.7, h=1.3)) == (0.7, 1.3)
+    others = [hamiltonians.ising(hb.chain(8, pbc=False)), hamiltonians.ising(hb.square(4)),
+              hamiltonians.ising(hb.chain(7)), hamiltonians.ising(hb.chain(8), h=0.0),
+              hamiltonians.xxz(hb.chain(8)),
+              pauli.pauli_sum(8, [*hamiltonians.ising(hb.chain(8)).terms, (0.1, "Z", (0,))]),
+              pauli.rotate(hamiltonians.ising(hb.chain(8)), (0, 2, 4, 6))]
+    assert all(dynamics.ising_chain_couplings(op) is None for op in others)
+    x = pauli.pauli_sum(6, [(0.25, "X", (i,)) for i in range(6)])
+    assert dynamics.uniform_x_coefficient(x) == 0.25
+    assert dynamics.uniform_x_coefficient(pauli.pauli_sum(6, [(0.25, "X", (i,)) for i in range(5)])) is None
+    assert dynamics.uniform_x_coefficient(pauli.pauli_sum(6, [(0.25, "Z", (i,)) for i in range(6)])) is None
