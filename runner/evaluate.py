@@ -16,7 +16,8 @@ from runner.core.sampler import init_chains
 from runner.core.vmc import full_sum_invariance_error
 from runner.diagnostics import health, peaks
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, load, rundir
+from runner.config.task import Excited
+from runner.lifecycle import checkpoint, excited, load, rundir
 from runner.lifecycle.finish import final_estimate
 from runner.outputs.summary import estimate_fields
 from runner.parallel import distributed, mesh
@@ -157,14 +158,11 @@ def evaluate(run_dir, overrides=()) -> dict:
     problem, settings = experiment.problem, experiment.settings
     projection = projection_change(trained.config, config)
     state, continued, sweeps = _chains(experiment, trained, projection)
-    shardings = mesh.shard_state(state, layout)
     n, rounds, chains = problem.sampler.n_samples, settings.final_rounds, problem.sampler.n_chains
     log.info("evaluating with %d samples (%d rounds of %d over %d chains)", n * rounds, rounds, n, chains)
-    metrics, observed = final_estimate(experiment, mesh.from_host(state, shardings), shardings, layout, sweeps)
-    peak_check = peaks.check_estimate(problem, trained.state.params, metrics, state.chains.sigma_CxN,
-                                      settings.peak_search, settings.seed)
     summary_path = run_dir / rundir.SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    metrics, measured, peak_check = _estimate(experiment, state, layout, sweeps, summary)
     result = {
         **estimate_fields(experiment.hilbert.n_sites, metrics, summary.get("exact_energy")),
         "step": int(trained.meta["step"]), "t": trained.meta.get("t"),  # t: a dynamics run's last saved time
@@ -180,12 +178,28 @@ def evaluate(run_dir, overrides=()) -> dict:
         "projection": projection,
         "burn_in_sweeps": sweeps,
         "peak_check": peak_check,  # runner.diagnostics.peaks.check (None after a full sum or with peak_search=0)
-        **(observed[0] if observed else {}),  # with observables: "observables" {name: {mean, error}} (and structure_factor_q)
+        **measured,  # observables {name: {mean, error}} (and structure_factor_q); task=excited: states, gaps
         "config_fingerprint": trained.meta.get("config_fingerprint"),
         "wall_seconds": time.perf_counter() - started,
     }
     _write(run_dir, result)
     return result
+
+
+def _estimate(experiment, state, layout, sweeps: int, summary: dict):
+    """(energy metrics, the fields measured beside them, peak check) at the checkpoint's state:
+    for task=excited the levels (`runner.lifecycle.excited.final_estimate`, against the run's
+    exact levels; no peak search), else the energy and observables and the peak check."""
+    shardings = mesh.shard_state(state, layout)
+    placed = mesh.from_host(state, shardings)
+    if isinstance(experiment.settings.task, Excited):
+        metrics, levels = excited.final_estimate(experiment, placed, shardings, layout, sweeps)
+        return metrics, excited.with_exact(levels, summary.get("exact_levels")), None
+    metrics, observed = final_estimate(experiment, placed, shardings, layout, sweeps)
+    settings = experiment.settings
+    peak_check = peaks.check_estimate(experiment.problem, state.params, metrics, state.chains.sigma_CxN,
+                                      settings.peak_search, settings.seed)
+    return metrics, (observed[0] if observed else {}), peak_check
 
 
 def _write(run_dir: Path, result: dict):
@@ -218,6 +232,8 @@ def main(argv=None):
              f"{result['total_samples']} samples at {at}, chains: {result['chains']})"]
     if result["relative_error"] is not None:
         lines.append(f"relative error: {result['relative_error']:.2e} (exact {result['exact_energy']:.10f})")
+    for k, level in enumerate(result.get("states", [])):  # task=excited
+        lines.append(f"state {k}: {level['energy']:.10f} ± {level['energy_error']:.2e}")
     for name, value in result.get("observables", {}).items():
         if value["mean"] is not None:
             lines.append(f"{name}: {value['mean']:.8f} ± {float('nan') if value['error'] is None else value['error']:.2e}")

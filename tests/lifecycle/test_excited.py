@@ -88,6 +88,18 @@ def test_the_cli_run_finds_the_lowest_levels(tmp_path):
     leaves = checkpoint_leaves(tmp_path)
     assert any(v.ndim >= 1 and v.shape[0] == K and np.iscomplexobj(v) for v in leaves.values())
     check_states_span_the_lowest_levels(tmp_path)
+    check_evaluation_repeats_the_final_estimate(tmp_path, summary)
+
+
+def check_evaluation_repeats_the_final_estimate(run_dir, summary):
+    """`runner.evaluate` with the run's own settings continues its chains: the same levels, gaps
+    and per-state observables as the run's final estimate, bit for bit."""
+    from runner import evaluate
+
+    evaluation = evaluate.evaluate(run_dir)
+    assert evaluation["states"] == summary["states"] and evaluation["gaps"] == summary["gaps"]
+    assert evaluation["peak_check"] is None
+    assert json.loads((run_dir / "evaluation.json").read_text())["states"] == summary["states"]
 
 
 def check_states_span_the_lowest_levels(run_dir):
