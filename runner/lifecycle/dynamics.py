@@ -26,7 +26,7 @@ from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, load, loop, rundir, warm_start
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import trajectory_plot
-from runner.outputs.summary import finite
+from runner.outputs.summary import finite, layout_fields
 from runner.parallel import distributed, mesh
 from runner.physics import dynamics as exact_dynamics
 from runner.physics.exact import wants_exact
@@ -319,13 +319,13 @@ def integrate(compiled: Compiled, state, start: int, times, *, run_dir: Path, se
     return state, "completed", None
 
 
-def _summary(experiment, status, reason, state, records, *, errors, seconds: dict) -> dict:
+def _summary(experiment, status, reason, state, records, *, errors, seconds: dict, layout) -> dict:
     task = experiment.settings.task
     summary = {"task": "dynamics", "status": status, "reason": reason,
                "t_reached": records[-1]["t"] if records else None, "t_end": task.t_end,
                "n_saved": len(records), "n_steps": int(state.integrator.n_accepted),
                "n_rejected": int(state.integrator.n_rejected), "seed": experiment.settings.seed,
-               "n_sites": experiment.hilbert.n_sites, **seconds}
+               "n_sites": experiment.hilbert.n_sites, **layout_fields(experiment, layout), **seconds}
     if records:
         summary.update({k: v for k, v in records[-1].items() if k.startswith(("energy", "obs/", "residual"))})
     if errors is not None:
@@ -365,7 +365,7 @@ def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopReq
                                           trajectory=trajectory, stop=stop, started=started)
     records = trajectory.records
     errors = max_abs_errors(records, exact)
-    result = _summary(experiment, status, reason, state, records, errors=errors,
+    result = _summary(experiment, status, reason, state, records, errors=errors, layout=layout,
                       seconds={"compile_seconds": compile_seconds, "wall_seconds": time.perf_counter() - started})
     if distributed.is_main():
         if exact is not None:

@@ -91,6 +91,12 @@ def _cg_maxiter(problem) -> int | None:
     return keywords.get("maxiter") if keywords.get("solver") in ("cg", "auto") else None
 
 
+def layout_fields(experiment, layout) -> dict:
+    """Where a run ran: its parallel backend, processes and devices (summary fields of every task)."""
+    return {"backend": experiment.parallel["backend"], "processes": distributed.process_count(),
+            "devices": layout.n_devices}
+
+
 def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict:
     """summary.json's fields: the final estimate, the run's shape and timings, its fingerprint and
     (for a completed run) its health warnings.
@@ -114,9 +120,7 @@ def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict
         "n_chains": problem.sampler.n_chains,
         "dtype": experiment.dtype_name,
         "seed": settings.seed,
-        "backend": experiment.parallel["backend"],
-        "processes": distributed.process_count(),
-        "devices": layout.n_devices,
+        **layout_fields(experiment, layout),
         **dataclasses.asdict(outcome.timings),
         "reason": outcome.reason,
         "peak_check": outcome.peak_check,
