@@ -129,6 +129,10 @@ def with_exact(fields: dict, exact: list | None) -> dict:
     return out
 
 
+def _shown(value, spec: str) -> str:
+    return "nan" if value is None else format(value, spec)
+
+
 def execute(experiment, layout, run_dir: Path, start_state, stop: StopRequest | None = None, *, tracking=None,
             started: float | None = None) -> dict:
     """The excited-state run in `run_dir` from `start_state` (the caller's (state, shardings,
@@ -162,7 +166,8 @@ def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopReques
     finish.write(run_dir, result, metrics_log.records, exact_sum, None, tracking)
     report(result)
     for k, level in enumerate(result["states"]):
-        log.info("state %d: %s ± %s  (variance %s)%s", k, level["energy"], level["energy_error"], level["variance"],
+        log.info("state %d: %s ± %s  (variance %s)%s", k, _shown(level["energy"], ".10f"),
+                 _shown(level["energy_error"], ".2e"), _shown(level["variance"], ".2e"),
                  "" if exact is None else f"  exact {exact[k]:.10f}")
     if training.status in ("preempted", "interrupted"):
         stop.hand_over()
