@@ -59,6 +59,18 @@ class Levels(NamedTuple):
     gap_errors: np.ndarray  # [K-1]
 
 
+def _jackknife_error(leave_one_out_CxK) -> np.ndarray:
+    """The jackknife error bar [K] from the values of every leave-one-chain-out sample [C, K]."""
+    n = leave_one_out_CxK.shape[0]
+    return np.sqrt((n - 1) / n * np.sum((leave_one_out_CxK - leave_one_out_CxK.mean(0)) ** 2, axis=0))
+
+
+def _eigenvectors(m_KxK) -> np.ndarray:
+    """The eigenvectors of M as columns, ordered by ascending real eigenvalue (the levels' order)."""
+    values, vectors = np.linalg.eig(m_KxK)
+    return vectors[:, np.argsort(values.real)]
+
+
 def _levels(m_KxK) -> np.ndarray:
     return np.sort(np.linalg.eigvals(m_KxK).real)
 
@@ -80,9 +92,8 @@ def levels(m_CxTxKxK, w_CxT=None, exact: bool = False) -> Levels:
     elif n_chains > 1:
         rest = np.array([_levels((sums_CxKxK.sum(0) - sums_CxKxK[c]) / (weight_C.sum() - weight_C[c]))
                          for c in range(n_chains)])
-        spread = lambda v: np.sqrt((n_chains - 1) / n_chains * np.sum((v - v.mean(0)) ** 2, axis=0))  # noqa: E731
-        errors = spread(rest)
-        gap_errors = spread(rest[:, 1:] - rest[:, :1])
+        errors = _jackknife_error(rest)
+        gap_errors = _jackknife_error(rest[:, 1:] - rest[:, :1])
     return Levels(energies, errors, energies[1:] - energies[0], gap_errors)
 
 
@@ -93,8 +104,7 @@ def state_variances(m_CxTxKxK, w_CxT=None) -> np.ndarray:
     m = np.asarray(m_CxTxKxK).reshape(-1, *np.shape(m_CxTxKxK)[-2:])
     w = np.full(m.shape[0], 1.0) if w_CxT is None else np.asarray(w_CxT, float).reshape(-1)
     w = w / w.sum()
-    values, vectors = np.linalg.eig(np.einsum("s,sij->ij", w, m))
-    vectors = vectors[:, np.argsort(values.real)]
+    vectors = _eigenvectors(np.einsum("s,sij->ij", w, m))
     d_SxK = np.einsum("ij,sjk,ki->si", np.linalg.inv(vectors), m, vectors)
     mean_K = w @ d_SxK
     return w @ np.abs(d_SxK - mean_K) ** 2
@@ -102,8 +112,7 @@ def state_variances(m_CxTxKxK, w_CxT=None) -> np.ndarray:
 
 def _diagonal_in_eigenbasis(h_KxK, o_KxK) -> np.ndarray:
     """diag(C^-1 O C) [K], C the eigenvectors of H ordered by ascending real eigenvalue."""
-    values, vectors = np.linalg.eig(h_KxK)
-    vectors = vectors[:, np.argsort(values.real)]
+    vectors = _eigenvectors(h_KxK)
     return np.diag(np.linalg.inv(vectors) @ o_KxK @ vectors).real
 
 
@@ -123,4 +132,4 @@ def state_expectations(m_CxTxKxK, o_CxTxKxK, w_CxT=None):
         return values, np.full(values.shape, np.nan)
     rest = np.array([_diagonal_in_eigenbasis(m_C.sum(0) - m_C[c], (o_C.sum(0) - o_C[c]) / (weight_C.sum() - weight_C[c]))
                      for c in range(n_chains)])
-    return values, np.sqrt((n_chains - 1) / n_chains * np.sum((rest - rest.mean(0)) ** 2, axis=0))
+    return values, _jackknife_error(rest)

@@ -11,13 +11,13 @@ import pytest
 from runner import app
 from runner.config.build import build
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint
 from runner.lifecycle import excited as exc
 from runner.parallel import mesh
 from runner.physics import hamiltonians, pauli
 from runner.physics import hilbert as hb
 from tests.config.test_build import compose_config
 from tests.conftest import REPO, run_cli
+from tests.lifecycle.test_dynamics import checkpoint_leaves
 
 L, H, K = 4, 1.0, 2
 TINY = ["task=excited", f"task.n_states={K}", f"hilbert.L={L}", f"hamiltonian.h={H}", "dtype=complex128",
@@ -47,11 +47,6 @@ def run(overrides, run_dir, layout=None):
 def metrics(run_dir):
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in lines]
-
-
-def checkpoint_leaves(run_dir):
-    with np.load(run_dir / "checkpoint" / checkpoint.FILENAME) as data:
-        return {k: data[k] for k in sorted(data.files) if k.startswith("leaf_")}
 
 
 def levels_of(summary):
