@@ -1,6 +1,7 @@
 """Burn-in and the final energy estimate at fixed parameters, and a step's energy metrics."""
 
 import dataclasses
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,13 +46,86 @@ def burn_in(problem: Problem, state: VMCState, sweeps: int) -> VMCState:
     return state._replace(chains=chains)
 
 
+class Rounds(NamedTuple):
+    """An estimate from rounds of fresh samples of |psi|^2 at fixed parameters, as pure functions
+    (`scan_rounds` samples and runs them in one program, `reduce_rounds` on samples drawn before):
+
+    start: chains -> carry, what the rounds accumulate (() for none);
+    one: (params, sigma_CxTxN, carry) -> (carry, values), what is kept of one round;
+    pool: (carry, values_R, acceptance_R) -> the estimate, from the rounds' values and
+        acceptances stacked along a leading round axis R.
+    """
+
+    start: Callable
+    one: Callable
+    pool: Callable
+
+
+def energy_rounds(problem: Problem) -> Rounds:
+    """The energy's `Rounds`: each round's E_loc [C, T] and largest log|psi| per chain [C], pooled
+    by `pooled_metrics`."""
+    return Rounds(start=lambda chains: (),
+                  one=lambda params, sigma_CxTxN, carry: (carry, round_values(problem, params, sigma_CxTxN)),
+                  pool=lambda carry, values_R, acceptance_R: pooled_metrics(*values_R, acceptance_R))
+
+
+def round_values(problem: Problem, params, sigma_CxTxN):
+    """(E_loc [C, T], the largest log|psi| of each chain's samples [C]) of one round of samples."""
+    return local_energies(problem, params, sigma_CxTxN), log_abs_max(problem, params, sigma_CxTxN)
+
+
+def pooled_metrics(eloc_RxCxT, log_abs_RxC, acceptance_R):
+    """The energy metrics of R rounds, each chain's rounds one longer chain (the error and tau
+    account for correlations between rounds), with "log_abs_max" over every sample."""
+    eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
+    return {**_metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R)),
+            "log_abs_max": chain_max(jnp.moveaxis(log_abs_RxC, 0, 1))}
+
+
+def scan_rounds(problem: Problem, rounds: Rounds, state: VMCState, n_rounds: int):
+    """`rounds` over `n_rounds` consecutive rounds of `n_samples` of |psi|^2 (`sample`) at
+    `state.params`, in one program (a `lax.scan`).
+
+    Returns:
+        (chains, estimate) with the advanced chains.
+    """
+
+    def one_round(carry, _):
+        chains, kept = carry
+        chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
+        kept, values = rounds.one(state.params, sigma_CxTxN, kept)
+        return (chains, kept), (values, acceptance)
+
+    (chains, kept), (values_R, acceptance_R) = jax.lax.scan(
+        one_round, (state.chains, rounds.start(state.chains)), length=n_rounds)
+    return chains, rounds.pool(kept, values_R, acceptance_R)
+
+
+def reduce_rounds(rounds: Rounds, params, chains, sigma_RxCxTxN, acceptance_R):
+    """`rounds` of samples drawn before, [R, C, T, N] with their acceptances [R]: what
+    `scan_rounds` computes from the same samples. Each round's values are computed in a loop's
+    body, as there: outside one, XLA may compile a model's arithmetic to other last bits.
+
+    Returns:
+        The estimate.
+    """
+
+    def one_round(kept, xs):
+        sigma_CxTxN, acceptance = xs
+        kept, values = rounds.one(params, sigma_CxTxN, kept)
+        return kept, (values, acceptance)
+
+    kept, (values_R, acceptance_R) = jax.lax.scan(one_round, rounds.start(chains), (sigma_RxCxTxN, acceptance_R))
+    return rounds.pool(kept, values_R, acceptance_R)
+
+
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
     """Energy statistics at the current parameters from fresh samples (no update).
 
     Draws `n_rounds` consecutive rounds of `n_samples` from |psi|^2 (whatever the sampler's
     `machine_pow` for training); each chain's rounds are treated as one longer chain, so the
-    error and tau account for correlations between rounds. A full sum is summed once (more
-    rounds would repeat it).
+    error and tau account for correlations between rounds (`energy_rounds`). A full sum is
+    summed once (more rounds would repeat it).
 
     Returns:
         (chains, metrics) with the advanced chains.
@@ -60,16 +134,14 @@ def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
         chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
         return chains, _metrics(statistics(local_energies(problem, state.params, sigma_CxTxN), w_CxT, exact=True),
                                 acceptance)
+    return scan_rounds(problem, energy_rounds(problem), state, n_rounds)
 
-    def one_round(chains, _):
-        chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
-        return chains, (local_energies(problem, state.params, sigma_CxTxN), acceptance,
-                        log_abs_max(problem, state.params, sigma_CxTxN))
 
-    chains, (eloc_RxCxT, acceptance_R, log_abs_RxC) = jax.lax.scan(one_round, state.chains, length=n_rounds)
-    eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
-    return chains, {**_metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R)),
-                    "log_abs_max": chain_max(jnp.moveaxis(log_abs_RxC, 0, 1))}
+def draws_estimate_samples(problem: Problem) -> bool:
+    """Whether a training step's samples (`runner.core.problem.draw`) are what a round of an
+    estimate samples: `n_samples` of |psi|^2 without weights (not after training on |psi|^p,
+    p != 2, whose weights make up for it; not a full sum, which an estimate sums once)."""
+    return training_power(problem.sampler) == 2.0 and not sums_exactly(problem)
 
 
 def log_abs_max(problem: Problem, params, sigma_CxTxN):

@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from runner.core import local_energy
-from runner.core.estimate import _metrics, log_abs_max
+from runner.core.estimate import Rounds, pooled_metrics, round_values, scan_rounds
 from runner.core.estimate import estimate as estimate_energy
 from runner.core.full_sum import FullSumSampler
-from runner.core.local_energy import local_energies, map_over_samples
-from runner.core.sampler import full_sum, full_sum_weights, sample
-from runner.core.stats import chain_max, chain_sum, statistics
+from runner.core.local_energy import map_over_samples
+from runner.core.sampler import full_sum, full_sum_weights
+from runner.core.stats import chain_sum, statistics
 from runner.core.wavefunction import ratio_of
 from runner.physics.observables import ERROR_PREFIX, MEASURED, PREFIX, STRUCTURE_FACTOR, Observables, _number
 
@@ -211,29 +211,37 @@ def estimate(problem, obs: Observables, state, n_rounds: int = 1):
         measured = {**out, "zz_exact_NxN": zz_NxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
         return chains, (energy, measured)
 
-    def one_round(carry, _):
-        chains, zz_CxNxN = carry
-        chains, sigma_CxTxN, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
-        eloc_CxT = local_energies(problem, state.params, sigma_CxTxN)
-        local = local_values(obs, problem, state.params, sigma_CxTxN)
-        return (chains, zz_CxNxN + correlation_sums(sigma_CxTxN)), (eloc_CxT, local, acceptance,
-                                                                   log_abs_max(problem, state.params, sigma_CxTxN))
+    return scan_rounds(problem, observed_rounds(problem, obs), state, n_rounds)
 
-    C, N = state.chains.sigma_CxN.shape
-    zz0 = jnp.zeros((C, N, N), _real())
-    (chains, zz_CxNxN), (eloc_RxCxT, local_R, acceptance_R, log_abs_RxC) = jax.lax.scan(
-        one_round, (state.chains, zz0), length=n_rounds)
 
-    def columns(x_RxCxTxM):  # [M, C, R*T]: each chain's rounds one after another
-        R, C, T, M = x_RxCxTxM.shape
-        return jnp.transpose(x_RxCxTxM, (3, 1, 0, 2)).reshape(M, C, R * T)
+def observed_rounds(problem, obs: Observables) -> Rounds:
+    """The `Rounds` of `estimate` (samples of |psi|^2, not a full sum): each round's E_loc, the
+    observables' local values and largest log|psi| per chain, the <Z_i Z_j> sums carried over
+    rounds; pooled as `runner.core.estimate.pooled_metrics` and `_measure_columns` pool them."""
 
-    eloc_CxRT = jnp.moveaxis(eloc_RxCxT, 0, 1).reshape(eloc_RxCxT.shape[1], -1)
-    energy = {**_metrics(statistics(eloc_CxRT), jnp.mean(acceptance_R)),
-              "log_abs_max": chain_max(jnp.moveaxis(log_abs_RxC, 0, 1))}
-    out, stats_Q = _measure_columns(obs, columns(local_R.values_CxTxM), columns(local_R.sq_CxTxQ))
-    measured = {**out, "zz_sum_CxNxN": zz_CxNxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
-    return chains, (energy, measured)
+    def start(chains):
+        C, N = chains.sigma_CxN.shape
+        return jnp.zeros((C, N, N), _real())
+
+    def one(params, sigma_CxTxN, zz_CxNxN):
+        eloc_CxT, log_abs_C = round_values(problem, params, sigma_CxTxN)
+        local = local_values(obs, problem, params, sigma_CxTxN)
+        return zz_CxNxN + correlation_sums(sigma_CxTxN), (eloc_CxT, local, log_abs_C)
+
+    def pool(zz_CxNxN, values_R, acceptance_R):
+        eloc_RxCxT, local_R, log_abs_RxC = values_R
+        energy = pooled_metrics(eloc_RxCxT, log_abs_RxC, acceptance_R)
+        out, stats_Q = _measure_columns(obs, _columns(local_R.values_CxTxM), _columns(local_R.sq_CxTxQ))
+        measured = {**out, "zz_sum_CxNxN": zz_CxNxN, "sq_mean_Q": stats_Q.mean, "sq_error_Q": stats_Q.error_of_mean}
+        return energy, measured
+
+    return Rounds(start, one, pool)
+
+
+def _columns(x_RxCxTxM):
+    """[M, C, R*T]: each chain's rounds one after another, observable-first."""
+    R, C, T, M = x_RxCxTxM.shape
+    return jnp.transpose(x_RxCxTxM, (3, 1, 0, 2)).reshape(M, C, R * T)
 
 
 def expect(obs: Observables, problem, params, sigma_CxTxN, w_CxT=None) -> dict:

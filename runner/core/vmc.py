@@ -96,7 +96,15 @@ def vmc_step(problem: Problem, state: VMCState, observe=None):
         (`cg_iters`, `cg_residual` when SR solves with CG) and, with importance weights, the
         effective sample fraction `ess_fraction` (`runner.core.stats.effective_sample_fraction`).
     """
-    chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, state.params, state.chains)
+    return update_step(problem, state, draw(problem, state.params, state.chains), observe)
+
+
+def update_step(problem: Problem, state: VMCState, drawn, observe=None):
+    """`vmc_step` from the step's samples `drawn`, what `runner.core.problem.draw` gives at
+    `state`: (chains, sigma_CxTxN, w_CxT, acceptance). Jitted apart from `draw`, the step's
+    sampling is a program of its own, which a final estimate can run again
+    (`runner.lifecycle.loop.CompiledStep`)."""
+    chains, sigma_CxTxN, w_CxT, acceptance = drawn
     stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step,
                                                    w_CxT)
     if problem.learning_rate is not None:  # a schedule: the value this step's update uses, for the metrics

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runner.core.sampler import random_state
 from runner.physics.hilbert import Hilbert, all_states
 
 EXHAUSTIVE_STATES = 2**16  # evaluate every configuration of spaces this small (and <= 20 sites)
@@ -56,11 +57,14 @@ def log_abs_evaluator(problem):
 
 def uniform_configurations(hilbert: Hilbert, n: int, seed: int, salt: int = 0) -> np.ndarray:
     """`n` configurations [n, N] drawn uniformly from the space (with its total S^z) by
-    `runner.core.sampler.random_state`, from the key of `seed` folded with `salt`."""
-    from runner.core.sampler import random_state
+    `runner.core.sampler.random_state`, from the key of `seed` folded with `salt` (one program:
+    run op by op, each of its operations would be compiled on its own)."""
 
-    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), salt), n)
-    return np.asarray(jax.vmap(functools.partial(random_state, hilbert))(keys), np.int8).reshape(n, hilbert.n_sites)
+    def draw():
+        keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), salt), n)
+        return jax.vmap(functools.partial(random_state, hilbert))(keys)
+
+    return np.asarray(jax.jit(draw)(), np.int8).reshape(n, hilbert.n_sites)
 
 
 def _moves(hilbert: Hilbert):

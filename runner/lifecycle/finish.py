@@ -9,9 +9,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 from runner.core import observe
-from runner.core.estimate import burn_in, estimate, final_burn_in
+from runner.core.estimate import (
+    Rounds,
+    burn_in,
+    burn_in_sweeps,
+    draws_estimate_samples,
+    energy_rounds,
+    estimate,
+    final_burn_in,
+    reduce_rounds,
+)
 from runner.diagnostics import peaks
 from runner.lifecycle import rundir, sweep_cache
 from runner.lifecycle.loop import Training, save_checkpoint
@@ -79,8 +89,9 @@ def exact_ground(experiment, sweep_dir: Path | None) -> Exact:
 
 
 def compile_final_estimate(experiment, state, shardings, layout, sweeps: int):
-    """The final estimate's function (`final_estimate`), compiled for states shaped and placed like
-    `state`: state -> (chains, energy metrics, or (energy metrics, measured) with observables)."""
+    """The final estimate's function (`final_estimate`) in one program, compiled for states shaped
+    and placed like `state`: state -> (chains, energy metrics, or (energy metrics, measured) with
+    observables)."""
     problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
     if obs is None:
         fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
@@ -90,7 +101,29 @@ def compile_final_estimate(experiment, state, shardings, layout, sweeps: int):
                    out_shardings=(shardings.chains, layout.replicated)).lower(state).compile()
 
 
-def final_estimate(experiment, state, shardings, layout, sweeps: int):
+def estimate_rounds(experiment) -> Rounds:
+    """The final estimate's rounds: the energy's, or the energy's and the observables'."""
+    obs = experiment.observables
+    return energy_rounds(experiment.problem) if obs is None else observe.observed_rounds(experiment.problem, obs)
+
+
+def rounds_on(draw, rounds: Rounds, state, n_rounds: int, layout):
+    """(chains, estimate): what `scan_rounds` computes in one program, with each round's samples
+    drawn by `draw`, a training step's compiled sampling ((params, chains) -> (chains,
+    sigma_CxTxN, None, acceptance)), so that no sampler is compiled again; the rounds' values are
+    then computed in one program (`reduce_rounds`)."""
+    chains, samples = state.chains, []
+    for _ in range(n_rounds):
+        chains, sigma_CxTxN, _, accepted = draw(state.params, chains)
+        samples.append((sigma_CxTxN, accepted))
+
+    def reduce(params, chains, samples):
+        return reduce_rounds(rounds, params, chains, *jax.tree_util.tree_map(lambda *x: jnp.stack(x), *samples))
+
+    return chains, jax.jit(reduce, out_shardings=layout.replicated)(state.params, state.chains, samples)
+
+
+def final_estimate(experiment, state, shardings, layout, sweeps: int, draw=None):
     """THE final estimate: the energy (and the observables, from the same fresh samples) at
     `state`'s parameters, after `sweeps` sweeps of burn-in (`runner.core.vmc.burn_in`).
 
@@ -99,14 +132,20 @@ def final_estimate(experiment, state, shardings, layout, sweeps: int):
             `sampler.n_samples`).
         state: the VMC state, placed by `shardings` on `layout`.
         sweeps: a run's own `runner.core.vmc.final_burn_in`, or an evaluation's choice.
+        draw: the training step's compiled sampling (`runner.lifecycle.loop.CompiledStep.draw`)
+            or None. Where it draws the estimate's rounds (`draws_estimate_samples`, no burn-in)
+            the rounds run on it (`rounds_on`), else the whole estimate is one program
+            (`compile_final_estimate`): the same numbers either way (tests/lifecycle/test_finish.py).
 
     Returns:
         (energy metrics, non-finite values None; with observables (summary fields,
         correlations.json), else None).
     """
     problem, settings, obs = experiment.problem, experiment.settings, experiment.observables
-    est = compile_final_estimate(experiment, state, shardings, layout, sweeps)
-    out = mesh.to_host(est(state)[1])
+    if draw is not None and draws_estimate_samples(problem) and burn_in_sweeps(problem.sampler, sweeps) == 0:
+        out = mesh.to_host(rounds_on(draw, estimate_rounds(experiment), state, settings.final_rounds, layout)[1])
+    else:
+        out = mesh.to_host(compile_final_estimate(experiment, state, shardings, layout, sweeps)(state)[1])
     if obs is None:
         return {k: finite(v) for k, v in out.items()}, None
     energy, measured = out
@@ -139,7 +178,8 @@ def conclude(experiment, layout, training: Training, shardings, run_dir: Path, e
         return {}, None, None
     problem, settings, state = experiment.problem, experiment.settings, training.state
     save_checkpoint(run_dir, state, settings, settings.n_iter)
-    final, observed = final_estimate(experiment, state, shardings, layout, final_burn_in(problem.sampler))
+    final, observed = final_estimate(experiment, state, shardings, layout, final_burn_in(problem.sampler),
+                                     training.draw)
     for name, value in (observed[0]["observables"] if observed else {}).items():
         if value["mean"] is not None:
             log.info("%s: %.8f ± %.2e", name, value["mean"], float("nan") if value["error"] is None else value["error"])

@@ -7,14 +7,16 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 from tqdm import tqdm
 
 from runner.config import fingerprint
 from runner.core import observe
-from runner.core.vmc import vmc_step
+from runner.core.estimate import draws_estimate_samples
+from runner.core.problem import draw
+from runner.core.vmc import update_step, vmc_step
 from runner.diagnostics import health
 from runner.lifecycle import checkpoint, rundir
 from runner.lifecycle.preemption import StopRequest
@@ -65,6 +67,7 @@ class Training(NamedTuple):
     reason: str | None  # why it did not complete
     step_times: list  # seconds of each step taken
     compile_seconds: float | None  # None when stopped before compiling
+    draw: Callable | None = None  # the step's compiled sampling (`CompiledStep.draw`); None before compiling
 
 
 def save_checkpoint(run_dir: Path, state, settings, step: int, **extra):
@@ -91,16 +94,44 @@ def stopped_before_first_step(stop: StopRequest) -> tuple[str, str]:
     return stop.status, reason
 
 
-def compile_step(experiment, state, shardings, layout):
+class CompiledStep(NamedTuple):
+    """The VMC step (`runner.core.vmc.vmc_step`), compiled; called with a state, one step. Where the
+    final estimate can draw its rounds with the step's sampling (`draws_estimate_samples`) it is two
+    programs: `draw`, (params, chains) -> the step's samples (`runner.core.problem.draw`), which the
+    final estimate runs again (`runner.lifecycle.finish.final_estimate`), and `update`, (state,
+    samples) -> (state, metrics) (`runner.core.vmc.update_step`). Otherwise `draw` is None and
+    `update` is the whole step, state -> (state, metrics): one program keeps a full sum's
+    reductions together, bit for bit on every layout (docs/notes/finishing.md)."""
+
+    draw: Callable | None
+    update: Callable
+
+    def __call__(self, state):
+        if self.draw is None:
+            return self.update(state)
+        return self.update(state, self.draw(state.params, state.chains))
+
+
+def compile_step(experiment, state, shardings, layout) -> CompiledStep:
     """The VMC step (and the observables it measures), compiled for `state` laid out by `shardings`."""
     problem = experiment.problem
+    observer = observe.step_observer(experiment.observables, problem)
     # Under the mesh, dense SR gathers Obar onto every device and forms the Gram matrix in one
     # product (runner/core/precond.py): bitwise equal on every layout, and as fast as the
     # layout-dependent product.
     with mesh.activate(layout):
-        step = functools.partial(vmc_step, problem, observe=observe.step_observer(experiment.observables, problem))
-        return jax.jit(step, in_shardings=(shardings,), out_shardings=(shardings, layout.replicated)) \
-            .lower(state).compile()
+        if not draws_estimate_samples(problem):
+            step = functools.partial(vmc_step, problem, observe=observer)
+            return CompiledStep(None, jax.jit(step, in_shardings=(shardings,),
+                                              out_shardings=(shardings, layout.replicated)).lower(state).compile())
+        drawn = jax.eval_shape(functools.partial(draw, problem), state.params, state.chains)
+        drawn_shardings = mesh.shard_by_rank(drawn, layout)
+        draw_fn = jax.jit(functools.partial(draw, problem), in_shardings=(shardings.params, shardings.chains),
+                          out_shardings=drawn_shardings).lower(state.params, state.chains).compile()
+        update = functools.partial(update_step, problem, observe=observer)
+        update_fn = jax.jit(update, in_shardings=(shardings, drawn_shardings),
+                            out_shardings=(shardings, layout.replicated)).lower(state, drawn).compile()
+    return CompiledStep(draw_fn, update_fn)
 
 
 def train(experiment, layout, state, shardings, start: int, *, run_dir: Path, metrics_log: MetricsLog,
@@ -115,7 +146,7 @@ def train(experiment, layout, state, shardings, start: int, *, run_dir: Path, me
                                   metropolis=health.metropolis(experiment.problem.sampler))
     state, status, reason, step_times = optimize(step_fn, state, start, experiment.settings, run_dir,
                                                  metrics_log=metrics_log, stop=stop, collapsed=collapsed)
-    return Training(state, status, reason, step_times, compile_seconds)
+    return Training(state, status, reason, step_times, compile_seconds, step_fn.draw)
 
 
 def _unusable(record) -> list:

@@ -60,6 +60,13 @@ def shard_state(tree, layout: Layout, chain_paths=("chains",)):
     return jax.tree_util.tree_map_with_path(pick, tree)
 
 
+def shard_by_rank(tree, layout: Layout):
+    """Shardings for a pytree of per-chain arrays and scalars (a step's samples,
+    `runner.core.problem.draw`): a leaf with a leading chain axis split over devices, a scalar
+    replicated."""
+    return jax.tree_util.tree_map(lambda x: layout.chains if x.ndim else layout.replicated, tree)
+
+
 def to_host(tree):
     """NumPy copies of a pytree of global arrays, on every process.
 
