@@ -22,6 +22,7 @@ from runner.outputs.sweep_plots import (
     plot_sweep,
 )
 from runner.outputs.sweep_table import format_table, problems, table, write_csv
+from runner.outputs.trajectory_plot import plot_trajectories
 
 RUNNING_IF_WRITTEN_WITHIN_S = 120  # no summary, metrics this fresh: probably still running
 # what runner.app logs (into the run's Hydra job log, from any rank) when a process raises
@@ -30,6 +31,7 @@ FAILED_LINE = re.compile(r"\] - process \d+ of \d+ failed$", re.M)
 REPORT_CSV, RELATIVE_ERROR_PLOT, CONVERGENCE_PLOT = "report.csv", "report.png", "convergence.png"
 ENERGY_PLOT, STRUCTURE_FACTOR_PLOT = "sweep_energy.png", "structure_factor.png"
 SPECTRUM_PLOT, GAPS_CSV = "sector_spectrum.png", "gaps.csv"
+DYNAMICS_PLOT = "sweep_dynamics.png"  # the time evolutions of the runs, one curve each
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -103,13 +105,14 @@ def _failed_in_log(run: Path) -> bool:
     return False
 
 
-def _status_without_summary(run: Path, records: list[dict]) -> str:
-    """A run with no summary failed on some rank, was killed, is running, or has not started."""
+def _status_without_summary(run: Path, records: list[dict], written: Path) -> str:
+    """A run with no summary failed on some rank, was killed, is running, or has not started
+    (`records` read from `written`: metrics.jsonl, or trajectory.jsonl of a time evolution)."""
     if _failed_in_log(run):
         return "failed"
     if not records:
         return "started" if (run / rundir.OVERRIDES).is_file() else "unknown"
-    age = time.time() - (run / rundir.METRICS).stat().st_mtime
+    age = time.time() - written.stat().st_mtime
     return "running" if age < RUNNING_IF_WRITTEN_WITHIN_S else "incomplete"
 
 
@@ -121,23 +124,33 @@ def collect(root: Path) -> list[dict]:
     for run in find_runs(root):
         summary = _read_json(run / rundir.SUMMARY) or {}
         records = _read_metrics(run / rundir.METRICS)
+        trajectory = _read_metrics(run / rundir.TRAJECTORY)
         config = _read_config(run)
         n_iter = summary.get("n_iter", config.get("n_iter"))
         done = summary.get("steps_done", len(records))
+        if trajectory or summary.get("task") == "dynamics":
+            steps = f"t {_time(summary.get('t_reached', trajectory[-1]['t'] if trajectory else None))}" \
+                    f"/{_time(summary.get('t_end', (config.get('task') or {}).get('t_end')))}"
+        else:
+            steps = f"{done}/{n_iter}" if n_iter is not None else str(done)
         row = {
             "run": "." if run == root else str(run.relative_to(root)),
             "path": run,
             "overrides": _read_overrides(run),
             "records": records,
             "summary": summary,
-            "status": summary.get("status") or _status_without_summary(run, records),
-            "steps": f"{done}/{n_iter}" if n_iter is not None else str(done),
+            "status": summary.get("status") or _status_without_summary(
+                run, records or trajectory, run / (rundir.METRICS if records else rundir.TRAJECTORY)),
+            "steps": steps,
             "warnings": [w.get("name", "?") for w in summary.get("warnings") or []],
             "warning_messages": [w.get("message", "") for w in summary.get("warnings") or []],
             "reason": summary.get("reason"),
             "total_sz": (config.get("hilbert") or {}).get("total_sz"),
             "correlations": _read_json(run / rundir.CORRELATIONS),
             "spectrum": _read_json(run / rundir.SPECTRUM),
+            "trajectory": trajectory,
+            "exact_trajectory": _read_json(run / rundir.EXACT_TRAJECTORY),
+            "max_abs_error": _largest_error(summary.get("max_abs_error")),
         }
         if summary:
             for key in ("energy", "energy_error", "exact_energy", "relative_error", "v_score",
@@ -145,14 +158,26 @@ def collect(root: Path) -> list[dict]:
                 row[key] = summary.get(key)
             spi = summary.get("seconds_per_iter")
             row["ms_per_iter"] = 1e3 * spi if spi is not None else None
-        elif records:  # the latest step's estimate, for a run that has not finished
-            row["energy"] = records[-1].get("energy")
-            row["energy_error"] = records[-1].get("energy_error")
+        elif records or trajectory:  # the latest estimate, for a run that has not finished
+            row["energy"] = (records or trajectory)[-1].get("energy")
+            row["energy_error"] = (records or trajectory)[-1].get("energy_error")
         exact, energy = row.get("exact_energy"), row.get("energy")
         if row.get("relative_error") is None and exact and energy is not None:
             row["relative_error"] = abs(energy - exact) / abs(exact)
         rows.append(row)
     return rows
+
+
+def _largest_error(errors: dict | None) -> float | None:
+    """A time evolution's largest |error| against exact over its observables (the energy's where it
+    measures none), from summary.json's max_abs_error; None without exact values."""
+    known = {k: v for k, v in (errors or {}).items() if v is not None}
+    observed = [v for k, v in known.items() if k.startswith("obs/")]
+    return max(observed) if observed else known.get("energy")
+
+
+def _time(t) -> str:
+    return "-" if t is None else f"{t:g}"
 
 
 def swept_keys(rows: list[dict]) -> list[str]:
@@ -231,6 +256,10 @@ def _plots(root: Path, rows: list[dict], keys: list[str], point: str | None) -> 
             target = root / name.replace(".png", f"{suffix}.png")
             if plot(rows, key, keys, target) is not None:
                 written.append(target)
+    dynamics = [(", ".join(f"{k}={r['overrides'].get(k, '-')}" for k in keys) or r["run"], r["trajectory"],
+                 r["exact_trajectory"]) for r in rows]
+    if plot_trajectories(dynamics, root / DYNAMICS_PLOT) is not None:
+        written.append(root / DYNAMICS_PLOT)
     runs = structure_factor_plot.chosen(rows, point)
     if point is not None and not runs:
         print(f"no completed run {point!r} with S(q) under {root}")

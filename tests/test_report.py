@@ -176,3 +176,55 @@ def test_report_of_a_real_sweep_over_sectors(tmp_path, capsys):
     assert abs(float(triplet["gap"]) - exact_gap) < 5 * float(triplet["gap_error"]) + 1e-3 * exact_gap
     assert (tmp_path / "sector_spectrum.png").is_file()
     assert "gaps above the lowest run (0: k=(0) A' P=+1, total_sz 0)" in capsys.readouterr().out
+
+
+def fake_dynamics(path, overrides, records, exact=None, summary=True):
+    """A time-evolution run directory: trajectory.jsonl (t, energy, obs/mx), exact_trajectory.json
+    and, when finished, summary.json with its max_abs_error."""
+    fake_run(path, overrides, files={"exact_trajectory.json": exact} if exact else None)
+    (path / "trajectory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if summary:
+        errors = None if exact is None else {
+            key: max(abs(r[key] - e) for r, e in zip(records, exact[key])) for key in ("energy", "obs/mx")}
+        (path / "summary.json").write_text(json.dumps({
+            "task": "dynamics", "status": "completed", "t_reached": records[-1]["t"], "t_end": 0.2,
+            "energy": records[-1]["energy"], "energy_error": records[-1]["energy_error"], "max_abs_error": errors}))
+    return path
+
+
+def test_a_sweep_of_time_evolutions_is_plotted_against_t(tmp_path, capsys):
+    """Every run's observables against t in one figure (one curve each, exact dashed), its time
+    reached in the steps column and its largest |error| over the observables in the table and CSV;
+    a trajectory without a summary is a run still going."""
+    for i, h in enumerate([0.5, 1.0]):
+        records = [{"t": t, "energy": -h * 6, "energy_error": 0.0, "obs/mx": 1 - h * t, "obs/mx_error": 0.01}
+                   for t in (0.0, 0.1, 0.2)]
+        exact = {"t": [0.0, 0.1, 0.2], "energy": [-h * 6] * 3, "obs/mx": [1 - h * t + 0.002 * i for t in (0.0, 0.1, 0.2)]}
+        fake_dynamics(tmp_path / f"{i}_hamiltonian.h={h}", ["task=dynamics", f"hamiltonian.h={h}"], records, exact)
+    fake_dynamics(tmp_path / "2_hamiltonian.h=2.0", ["task=dynamics", "hamiltonian.h=2.0"],
+                  [{"t": 0.0, "energy": -12.0, "energy_error": 0.0, "obs/mx": 1.0}], summary=False)
+    rows = report.report(tmp_path)
+    assert [r["status"] for r in rows] == ["completed", "completed", "running"]
+    assert [r["steps"] for r in rows] == ["t 0.2/0.2", "t 0.2/0.2", "t 0/-"]
+    assert rows[0]["max_abs_error"] == 0.0 and rows[1]["max_abs_error"] == pytest.approx(0.002)
+    assert rows[2]["energy"] == -12.0
+    out = capsys.readouterr().out
+    assert "max |error|" in out and "2.00e-03" in out
+    assert (tmp_path / report.DYNAMICS_PLOT).stat().st_size > 0
+    written = [row["max_abs_error"] for row in csv.DictReader((tmp_path / "report.csv").open())]
+    assert written[2] == "" and [float(v) for v in written[:2]] == [0.0, pytest.approx(0.002)]
+
+
+@pytest.mark.slow
+def test_report_of_a_real_sweep_of_quenches(tmp_path):
+    """Two quenches of a Jastrow chain from |+x> (full sum, to t = 0.2): the report reads their
+    trajectories and exact curves and plots them side by side."""
+    run_cli(["-m", "task=dynamics", "hilbert.L=6", "model=jastrow", "dtype=complex128", "sampler=full_sum",
+             "observables=spin", "task.t_end=0.2", "task.dt=0.02", "hamiltonian.h=0.5,1.0",
+             f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
+    rows = report.report(tmp_path)
+    assert [r["overrides"]["hamiltonian.h"] for r in rows] == ["0.5", "1.0"]
+    assert all(r["status"] == "completed" and r["steps"] == "t 0.2/0.2" for r in rows)
+    assert all(len(r["trajectory"]) == 3 and r["exact_trajectory"] is not None for r in rows)
+    assert all(r["max_abs_error"] < 1e-2 for r in rows)  # the Jastrow quench is not exact: a loose bound
+    assert (tmp_path / report.DYNAMICS_PLOT).stat().st_size > 0

@@ -5,7 +5,7 @@ from pathlib import Path
 
 COLUMNS = ("status", "steps", "energy", "energy_error", "exact_energy", "relative_error", "v_score",
            "ms_per_iter", "processes", "devices", "warnings", "reason", "total_sz", "sector", "exact_sector",
-           "sector_exact_energy", "sector_relative_error")
+           "sector_exact_energy", "sector_relative_error", "max_abs_error")
 NOT_DONE = ("failed", "preempted", "interrupted")  # marked in the table, with the summary's reason
 
 
@@ -23,8 +23,9 @@ def _fmt(value, kind=None):
 
 def table(rows: list[dict], keys: list[str]) -> tuple[list[str], list[list[str]]]:
     """Header and text cells of the printed table."""
+    dynamics = any(row.get("max_abs_error") is not None for row in rows)  # time evolutions with exact curves
     header = (keys or ["run"]) + ["status", "steps", "energy", "exact", "rel. error", "V-score",
-                                  "ms/iter", "procs/devs", "warnings"]
+                                  "ms/iter", "procs/devs", "warnings"] + (["max |error|"] if dynamics else [])
     cells = []
     for row in rows:
         energy = row.get("energy")
@@ -38,6 +39,8 @@ def table(rows: list[dict], keys: list[str]) -> tuple[list[str], list[list[str]]
         cells[-1] += [status, row["steps"], energy_text, _fmt(row.get("exact_energy"), "energy"),
                       _fmt(row.get("relative_error")), _fmt(row.get("v_score")),
                       _fmt(row.get("ms_per_iter"), "ms"), procs, ",".join(row.get("warnings") or []) or "-"]
+        if dynamics:
+            cells[-1].append(_fmt(row.get("max_abs_error")))
     return header, cells
 
 

@@ -1,8 +1,31 @@
-"""The plot of a time evolution: energy and every observable against t, with the exact curves."""
+"""The plots of time evolutions: one run's energy and observables against t (`plot_trajectory`),
+and a sweep's runs side by side, one curve per run (`plot_trajectories`); exact curves where known."""
 
 from pathlib import Path
 
 import numpy as np
+
+
+def quantities(records: list[dict]) -> list[str]:
+    """What a trajectory records against t: "energy", then each `obs/<name>` of its first record."""
+    return ["energy"] + [k for k in (records[0] if records else {}) if k.startswith("obs/") and not k.endswith("_error")]
+
+
+def _series(records: list[dict], name: str):
+    """(t, value, error) arrays of `name` over `records` (missing values NaN, missing errors 0)."""
+    t_T = np.array([r["t"] for r in records], float)
+    value = np.array([np.nan if r.get(name) is None else r[name] for r in records], float)
+    error = np.array([r.get(f"{name}_error") or 0.0 for r in records], float)
+    return t_T, value, error
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot_trajectory(records: list[dict], exact: dict | None, path: Path):
@@ -12,22 +35,47 @@ def plot_trajectory(records: list[dict], exact: dict | None, path: Path):
     Returns:
         The matplotlib Figure (closed; written to `path`).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = ["energy"] + [k for k in (records[0] if records else {}) if k.startswith("obs/") and not k.endswith("_error")]
+    plt = _pyplot()
+    names = quantities(records)
     fig, axes = plt.subplots(len(names), 1, figsize=(6, 2.4 * len(names)), sharex=True, squeeze=False)
-    t_T = np.array([r["t"] for r in records], float)
     for ax, name in zip(axes[:, 0], names):
-        value = np.array([np.nan if r.get(name) is None else r[name] for r in records], float)
-        error = np.array([r.get(f"{name}_error") or 0.0 for r in records], float)
-        ax.errorbar(t_T, value, yerr=error, fmt="o", ms=3, label="TDVP")
+        ax.errorbar(*_series(records, name), fmt="o", ms=3, label="TDVP")
         if exact is not None and name in exact:
             ax.plot(exact["t"], exact[name], "-", color="k", lw=1, label="exact")
             ax.legend(fontsize=8)
         ax.set_ylabel(name.removeprefix("obs/"))
+    axes[-1, 0].set_xlabel("t")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return fig
+
+
+def plot_trajectories(runs: list[tuple[str, list[dict], dict | None]], path: Path):
+    """A sweep's time evolutions: one panel per quantity any run recorded, one curve per run
+    (label, trajectory records, exact trajectory or None) with error bars, and each run's exact
+    dynamics dashed in its colour where known.
+
+    Returns:
+        The matplotlib Figure (closed; written to `path`), or None when no run has a trajectory.
+    """
+    runs = [run for run in runs if run[1]]
+    if not runs:
+        return None
+    plt = _pyplot()
+    names = []
+    for _, records, _ in runs:
+        names += [n for n in quantities(records) if n not in names]
+    fig, axes = plt.subplots(len(names), 1, figsize=(6.5, 2.4 * len(names)), sharex=True, squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        for label, records, exact in runs:
+            if name not in records[0]:
+                continue
+            line = ax.errorbar(*_series(records, name), fmt="o-", ms=2.5, lw=0.8, elinewidth=0.6, label=label)
+            if exact is not None and name in exact:
+                ax.plot(exact["t"], exact[name], "--", color=line.lines[0].get_color(), lw=0.9)
+        ax.set_ylabel(name.removeprefix("obs/"))
+    axes[0, 0].legend(fontsize=7, title="dashed: exact" if any(e for _, _, e in runs) else None, title_fontsize=7)
     axes[-1, 0].set_xlabel("t")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
