@@ -23,21 +23,20 @@ from runner.core.problem import draw, sums_exactly
 from runner.core.sampler import init_chains, random_state
 from runner.core.tdvp import DynamicsState, parameter_derivative, start, time_derivative
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, load, loop, rundir, warm_start
+from runner.lifecycle import checkpoint, loop, rundir, warm_start
+from runner.lifecycle.dynamics_exact import exact_trajectory, max_abs_errors
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import trajectory_plot
 from runner.outputs.summary import finite, layout_fields
 from runner.parallel import distributed, mesh
-from runner.physics import dynamics as exact_dynamics
-from runner.physics.exact import wants_exact
-from runner.physics.hilbert import all_states
 from runner.physics.observables import ERROR_PREFIX, PREFIX
 
 log = logging.getLogger(__name__)
 
 UNIFORM_TOLERANCE = 1e-12  # plus_x: how far log psi may vary over the probed configurations
 N_PROBES = 16  # plus_x: configurations on which log psi must be constant
-EXACT_CHUNK = 2**14  # configurations per evaluation of the initial state for the exact dynamics
+STEPS_PER_CALL = 16  # integrator steps per call of the compiled advance: a stop signal waits for at most these
+MAX_STEPS = 100_000  # integrator attempts between two saved times before the run fails
 
 
 class Initial(NamedTuple):
@@ -130,7 +129,7 @@ class Compiled(NamedTuple):
     """The compiled pieces of a time evolution (each compiled once for the whole run)."""
 
     begin: Any  # (params, chains) -> DynamicsState at t = 0
-    advance: Any  # (DynamicsState, t_end) -> DynamicsState at t_end
+    advance: Any  # (DynamicsState, t_end) -> DynamicsState after at most STEPS_PER_CALL steps towards t_end
     measure: Any  # DynamicsState -> (DynamicsState with advanced chains, metrics)
     shardings: Any  # of a DynamicsState
 
@@ -145,7 +144,8 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Comp
         return start(integrator, f, params, chains)
 
     def advance(state, t_end):
-        return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end))
+        return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end,
+                                                  max_steps=STEPS_PER_CALL))
 
     def measured(state):
         chains, metrics = measure(problem, task.equation, experiment.observables, state.params, state.integrator.carry,
@@ -219,81 +219,19 @@ def _record(state, metrics: dict, wall_time: float) -> dict:
             "n_steps": int(accepted), "n_rejected": int(rejected), "wall_time": wall_time}
 
 
-def initial_vector(problem, params, hilbert) -> np.ndarray:
-    """psi(s) of the variational state at `params` on every configuration of the space [D]
-    (normalised; in chunks of EXACT_CHUNK configurations)."""
-    logpsi = jax.jit(problem.logpsi)
-    states = all_states(hilbert)
-    logpsi_D = np.concatenate([np.asarray(logpsi(params, jnp.asarray(states[i:i + EXACT_CHUNK])))
-                               for i in range(0, len(states), EXACT_CHUNK)])
-    psi_D = np.exp(logpsi_D - np.max(logpsi_D.real)).astype(np.complex128)
-    return psi_D / np.linalg.norm(psi_D)
-
-
-def exact_trajectory(experiment, params, times) -> dict | None:
-    """{"t", "energy", "obs/<name>"} of the exact dynamics on `times`, on process 0, in real time:
-    where `exact` allows it (auto: at most 2^20 states), from the run's own initial state (the
-    variational state at `params`, enumerated: uniform for plus_x, the init_from run's state
-    otherwise); past that, with exact: auto, by free fermions for a periodic Ising chain started
-    from a ground-state run of the same chain at another field (`free_fermion_trajectory`);
-    None otherwise."""
-    settings, obs = experiment.settings, experiment.observables
-    if not (settings.task.real_time and distributed.is_main()):
-        return None
-    if not wants_exact(settings.exact, experiment.hilbert):
-        return free_fermion_trajectory(experiment, times) if settings.exact == "auto" else None
-    started = time.perf_counter()
-    psi0_D = initial_vector(experiment.problem, params, experiment.hilbert)
-    psi_TxD = exact_dynamics.evolve(experiment.hamiltonian, experiment.hilbert, psi0_D, times)
-    operators = {"energy": experiment.hamiltonian}
-    if obs is not None:
-        operators.update({f"obs/{name}": op for name, op in zip(obs.names, obs.simulated)})
-    values = exact_dynamics.expectation_values(operators, experiment.hilbert, psi_TxD)
-    log.info("exact dynamics on %d times in %.1f s", len(times), time.perf_counter() - started)
-    return {"t": [float(t) for t in times], **{k: [float(x) for x in v] for k, v in values.items()}}
-
-
-def _source_hamiltonian(experiment):
-    """The Hamiltonian of the init_from run when it was a ground-state run, else None."""
-    src = experiment.settings.init_from
-    if experiment.settings.task.initial_state != "init_from" or src is None:
-        return None
-    source = load.experiment_of(load.read_config(src.run_dir))
-    return source.hamiltonian if source.settings.task is None else None
-
-
-def free_fermion_trajectory(experiment, times) -> dict | None:
-    """{"t", "energy", "obs/<name>" for every observable c sum_i X_i, "initial_state"} of the
-    periodic Ising chain (-J sum Z_i Z_i+1 - h1 sum X_i) started in the exact ground state at the
-    field h0 of the init_from run's Hamiltonian (the same chain and J) -- the exact state, not the
-    trained one -- by free fermions (`runner.physics.dynamics.ising_quench_magnetisation`); None
-    when the run is not such a quench."""
-    source = _source_hamiltonian(experiment)
-    quench = exact_dynamics.ising_chain_couplings(experiment.hamiltonian)
-    start = None if source is None else exact_dynamics.ising_chain_couplings(source)
-    if quench is None or start is None or start[0] != quench[0] or source.n_sites != experiment.hilbert.n_sites:
-        return None
-    (J, h1), (_, h0), n = quench, start, experiment.hilbert.n_sites
-    x_T = exact_dynamics.ising_quench_magnetisation(n, h0, h1, times, J=J)
-    out = {"t": [float(t) for t in times], "energy": [exact_dynamics.ising_quench_energy(n, h0, h1, J)] * len(times)}
-    obs = experiment.observables
-    for name, op in zip(obs.names, obs.simulated) if obs is not None else ():
-        c = exact_dynamics.uniform_x_coefficient(op)
-        if c is not None:
-            out[f"obs/{name}"] = [float(c * n * x) for x in x_T]
-    log.info("exact dynamics by free fermions from the exact ground state at h = %g", h0)
-    return {**out, "initial_state": f"the exact ground state at h = {h0!r} (free fermions), not the init_from run's"}
-
-
-def max_abs_errors(records: list[dict], exact: dict | None) -> dict | None:
-    """{quantity: max over the saved times reached of |ours - exact|}, or None without exact values."""
-    if exact is None:
-        return None
-    out = {}
-    for key in (k for k in exact if k == "energy" or k.startswith("obs/")):
-        pairs = [(r.get(key), e) for r, e in zip(records, exact[key])]
-        out[key] = None if any(a is None for a, _ in pairs) else max(abs(a - e) for a, e in pairs)
-    return out
+def advance_to(compiled: Compiled, state, t: float, stop: StopRequest):
+    """(state at saved time `t`, False), by calls of the compiled advance of at most STEPS_PER_CALL
+    integrator steps each, looking for a stop signal between calls; (the state reached, True) once
+    one came first. The calls' steps are the steps of one advance to `t`: where a run stops changes
+    none of its numbers. After MAX_STEPS attempts t may not be reached (the caller says so)."""
+    target = jnp.asarray(t, state.integrator.t.dtype)
+    for _ in range(MAX_STEPS // STEPS_PER_CALL):
+        state = compiled.advance(state, target)
+        if float(state.integrator.t) >= t:
+            return state, False
+        if stop.requested():
+            return state, True
+    return state, False
 
 
 def integrate(compiled: Compiled, state, start: int, times, *, run_dir: Path, settings, trajectory: Trajectory,
@@ -301,8 +239,14 @@ def integrate(compiled: Compiled, state, start: int, times, *, run_dir: Path, se
     """From saved time `start` on (0: the initial state; resumed: the one after the checkpoint's),
     advances to each saved time, measures there and checkpoints. Returns (state, status, reason)."""
     for index in range(start, len(times)):
+        stopped = False
         if index > 0:
-            state = compiled.advance(state, jnp.asarray(times[index], state.integrator.t.dtype))
+            state, stopped = advance_to(compiled, state, times[index], stop)
+        if stopped:  # between saved times: the checkpoint of `index - 1` then holds this state
+            _save(run_dir, state, settings, index - 1)
+            stop.checkpoint_saved(index - 1)
+            return state, stop.status, (f"{stop.describe()} received; stopped at t = {float(state.integrator.t):.6g} "
+                                        "between saved times after saving a checkpoint")
         if float(state.integrator.t) < times[index]:
             return state, "failed", f"the integrator stopped at t = {float(state.integrator.t):.6g} before {times[index]}"
         state, metrics = compiled.measure(state)

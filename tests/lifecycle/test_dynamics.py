@@ -1,8 +1,8 @@
 """task=dynamics: a quench against exact dynamics from Kronecker products, resume bit for bit, the
 same numbers on 1 and 4 devices, one trace of the time derivative per run, the plus_x check."""
 
-import dataclasses
 import json
+import signal
 from types import SimpleNamespace
 
 import flax.linen as nn
@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-import yaml
 
 from models import Jastrow
 from runner import api, app, evaluate
@@ -21,10 +20,9 @@ from runner.core import precond
 from runner.core import sampler as smp
 from runner.core.problem import Problem
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, load, warm_start
+from runner.lifecycle import checkpoint, load, preemption
 from runner.lifecycle import dynamics as dyn
 from runner.parallel import mesh
-from runner.physics import dynamics as exact_dynamics
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
 from tests.config.test_build import compose_config
@@ -181,6 +179,52 @@ def test_resume_continues_bit_for_bit_and_compiles_once(tmp_path, monkeypatch):
     assert_same_run(tmp_path / "parts", tmp_path / "whole")
 
 
+class StopAfterSaved:
+    """A StopRequest whose SIGTERM arrives at its `looks`-th look (`requested`) after the run
+    checkpointed saved time `index`."""
+
+    def __init__(self, run_dir, index: int, looks: int):
+        self.path, self.index, self.looks = run_dir / "checkpoint", index, looks
+        self.agreed, self.saved = None, None
+
+    def requested(self) -> bool:
+        if (self.path / checkpoint.FILENAME).is_file() and checkpoint.read_meta(self.path)["step"] >= self.index:
+            self.looks -= 1
+        self.agreed = signal.SIGTERM if self.looks <= 0 else None
+        return self.agreed is not None
+
+    status = property(lambda self: preemption.status_of(self.agreed))
+    describe = lambda self: "SIGTERM"  # noqa: E731
+    hand_over = lambda self: None  # noqa: E731
+
+    def checkpoint_saved(self, index: int):
+        self.saved = index
+
+
+@pytest.mark.slow
+def test_a_stop_between_saved_times_checkpoints_there_and_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """The advance to a saved time runs in calls of STEPS_PER_CALL steps with a look for a stop
+    signal between them. Stopped after the first record at t = 0.1 (its look), then two calls of one
+    step each, the run checkpoints the state it reached, between t = 0.1 and 0.2, exits 3, and
+    resumed it gives the trajectory and final checkpoint of one run in calls of 16 steps bit for bit."""
+    overrides = [*SAMPLED, "task.t_end=0.3", "task.dt_max=0.02"]  # five steps or more between saved times
+    run(overrides, tmp_path / "whole")
+    monkeypatch.setattr(dyn, "STEPS_PER_CALL", 1)
+    experiment = build(compose_config(overrides))
+    (tmp_path / "parts").mkdir()
+    stop = StopAfterSaved(tmp_path / "parts", index=1, looks=3)
+    with pytest.raises(SystemExit) as exited:
+        dyn.execute(experiment, mesh.make_mesh("single"), tmp_path / "parts", False, stop=stop)
+    assert exited.value.code == preemption.EXIT_PREEMPTED and stop.saved == 1
+    meta = checkpoint.read_meta(tmp_path / "parts" / "checkpoint")
+    assert meta["step"] == 1 and 0.1 < meta["t"] < 0.2, meta
+    assert [r["t"] for r in trajectory(tmp_path / "parts")] == [0.0, 0.1]
+    summary = json.loads((tmp_path / "parts" / "summary.json").read_text())
+    assert summary["status"] == "preempted" and "between saved times" in summary["reason"]
+    run(overrides, tmp_path / "parts")
+    assert_same_run(tmp_path / "parts", tmp_path / "whole")
+
+
 @pytest.mark.slow
 def test_load_and_evaluate_read_the_state_at_the_last_saved_time(tmp_path):
     """`runner.load` and `runner.evaluate` on a sampled quench stopped at t = 0.2: the parameters
@@ -219,45 +263,6 @@ def test_load_and_evaluate_read_the_state_at_the_last_saved_time(tmp_path):
 
 def trained_experiment(run_dir):
     return load.experiment_of(load.read_config(run_dir))
-
-
-@pytest.mark.parametrize("n_sites,h0,h1", [(8, 0.5, 1.0), (10, 2.0, 0.7)])
-def test_free_fermion_reference_is_the_exact_quench(tmp_path, monkeypatch, n_sites, h0, h1):
-    """A quench of the periodic Ising chain from a ground-state run at h0 (only its config is read)
-    to h1: past exact's size the reference comes from free fermions, and on a chain small enough
-    for both it equals the exact ground state at h0 evolved by `evolve` (Krylov) to 1e-10, for the
-    energy and every observable c sum X_i (the spin set's magnetization_x, a custom 2 sum X_i);
-    the Y Z correlator, which free fermions do not give here, is left out."""
-    source = tmp_path / "ground_state"
-    (source / ".hydra").mkdir(parents=True)
-    (source / ".hydra" / "config.yaml").write_text(
-        yaml.safe_dump(compose_config([f"hilbert.L={n_sites}", f"hamiltonian.h={h0}", "hamiltonian.J=0.8"])))
-    observables = ["observables=custom", "~observables.operators",
-                   "+observables.operators={x2: [{coeff: 2.0, ops: X, on: sites}], yz: [{coeff: 1.0, ops: YZ, on: bonds}]}"]
-    for obs in (["observables=spin"], observables):
-        experiment = build(compose_config(["task=dynamics", f"hilbert.L={n_sites}", f"hamiltonian.h={h1}",
-                                           "hamiltonian.J=0.8", "task.initial_state=init_from",
-                                           f"init_from={source}", *obs]))
-        src = warm_start.Source(source, 0, "", False)
-        experiment = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, init_from=src))
-        times = [0.0, 0.25, 0.5, 1.0, 2.0]
-        monkeypatch.setattr(dyn, "wants_exact", lambda *_: False)
-        reference = dyn.exact_trajectory(experiment, None, times)
-        assert reference["initial_state"].startswith(f"the exact ground state at h = {h0}")
-        lattice = experiment.hilbert
-        idx = basis_index(hb.all_states(lattice))
-        H0 = dense_ising(lattice.bonds, n_sites, 0.8, h0)[np.ix_(idx, idx)]
-        psi_TxD = exact_dynamics.evolve(experiment.hamiltonian, lattice, np.linalg.eigh(H0)[1][:, 0], times)
-        operators = {"energy": experiment.hamiltonian,
-                     **{f"obs/{n}": op for n, op in zip(experiment.observables.names, experiment.observables.simulated)}}
-        krylov = exact_dynamics.expectation_values(operators, lattice, psi_TxD)
-        x_keys = {"obs/magnetization_x", "obs/x2"} & set(krylov)
-        assert set(reference) == {"t", "energy", "initial_state", *x_keys} and len(x_keys) == 1
-        for key in ("energy", *x_keys):
-            np.testing.assert_allclose(reference[key], krylov[key], atol=1e-10, err_msg=key)
-        assert np.ptp(reference[x_keys.pop()]) > 0.05
-    other = dataclasses.replace(experiment, hamiltonian=hamiltonians.ising(lattice, J=1.0, h=h1))
-    assert dyn.exact_trajectory(other, None, times) is None  # the source's J differs
 
 
 @pytest.mark.slow
