@@ -10,22 +10,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from runner.core.diag_scale import chunks_of, inverse, metric_diagonal, relative_shift, scaled_columns
 from runner.core.precond_types import Jacobian, SampleChunks
 from runner.core.sr import _capped, _real_dot, _shifted, _solve_psd
 from runner.parallel.mesh import replicated, spread_over_chains
-
-
-def _chunks_of(jac: Jacobian) -> SampleChunks:
-    """The Jacobian's chunks, or its dense matrix as one chunk."""
-    if jac.chunks is not None:
-        return jac.chunks
-
-    def start():
-        Obar_PxS = jac.dense()
-        rows_CxTxP = Obar_PxS.T.reshape(jac.n_chains, Obar_PxS.shape[1] // jac.n_chains, Obar_PxS.shape[0])
-        return lambda k: rows_CxTxP
-
-    return SampleChunks(1, start)
 
 
 def parameter_kernel(chunks: SampleChunks, mode, param_chunk_size=None, after=None):
@@ -125,12 +113,14 @@ def _kernel_order(shape, inverse=False):
 
 
 def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momentum=0.0, max_norm=None,
-                 param_chunk_size=None):
+                 param_chunk_size=None, diag_scale=None):
     """minSR: the SR solution in sample space, x = A^H (A A^H + diag_shift)^-1 b, with the
     kernel A A^H built chunk by chunk (`sample_kernel`; with `param_chunk_size`, also block by
     block of parameters, `parameter_kernel`) and x = A^H y by the Jacobian's products
     (per-chain sums in a fixed order). Without momentum, x is capped to a length of
-    `max_norm` in the metric S (`_capped`; None: no cap).
+    `max_norm` in the metric S (`_capped`; None: no cap). With `diag_scale`, the shift is the
+    diagonal Lambda = diag_shift + diag_scale diag(S): x = Lambda^-1 A^H (A Lambda^-1 A^H + 1)^-1 b
+    (`runner.core.diag_scale`; diag(S) from one more pass over the chunks).
 
     With `momentum` mu > 0, SPRING (Goldshlager, Abrahamsen, Lin, J. Comput. Phys. 2024):
     x_k = A^+ (b - mu A x_{k-1}) + mu x_{k-1}, A^+ = A^H (A A^H + diag_shift + 1 1^T / N_s)^-1,
@@ -140,23 +130,30 @@ def minsr_update(jac: Jacobian, eps_S, mode, state, *, diag_shift, solver, momen
     Returns:
         (x [P], next state, info).
     """
-    chunks = _chunks_of(jac)
+    chunks = chunks_of(jac)
     b = jac.to_samples(eps_S)
     C, t, _ = jax.eval_shape(lambda: chunks.start()(0)).shape
     n_samples = C * t * chunks.n
     shape = (chunks.n, C, b.shape[0] // n_samples, t)
     to_kernel, from_kernel = _kernel_order(shape), _kernel_order(shape, inverse=True)
+    b = b if not momentum else 2.0 * b - momentum * jac.matvec(state)
+    shift, kernel_shift, out = diag_shift, diag_shift, lambda x: x  # noqa: E731
+    if diag_scale is not None:
+        shift = relative_shift(metric_diagonal(chunks), diag_shift, diag_scale)
+        inverse_P, kernel_shift = inverse(shift), 1.0
+        chunks, out = scaled_columns(chunks, jnp.sqrt(inverse_P)), lambda x: inverse_P.astype(x.real.dtype) * x
+        b = _after(b, shift)  # diag(S)'s chain sums before the gathers below
     # The right-hand side whole on every device before the kernel's loops start (`_after`).
-    b_Q = replicated(to_kernel(b if not momentum else 2.0 * b - momentum * jac.matvec(state)))
-    T_QxQ = _shifted(parameter_kernel(chunks, mode, param_chunk_size, after=b_Q), diag_shift)
+    b_Q = replicated(to_kernel(b))
+    T_QxQ = _shifted(parameter_kernel(chunks, mode, param_chunk_size, after=b_Q), kernel_shift)
     if not momentum:
         y_Q = replicated(_solve_psd(T_QxQ, b_Q, solver))
-        x = 2.0 * jac.rmatvec(from_kernel(y_Q))
+        x = out(2.0 * jac.rmatvec(from_kernel(y_Q)))
         # x = 2 A^H y, F = 2 A^H b and (A A^H + shift) y = b give x^H F = 4 (|b|^2 - shift y^H b);
         # the dot products over samples on every device whole (the same bits on every layout).
-        x, info = _capped(x, 4.0 * (_real_dot(b_Q, b_Q) - diag_shift * _real_dot(y_Q, b_Q)), diag_shift, max_norm)
+        x, info = _capped(x, 4.0 * (_real_dot(b_Q, b_Q) - kernel_shift * _real_dot(y_Q, b_Q)), shift, max_norm)
         return x, state, info
     group_Q = jnp.broadcast_to(jnp.arange(shape[2])[:, None], shape).reshape(-1)
     ones_QxQ = (group_Q[:, None] == group_Q[None, :]).astype(T_QxQ.dtype) / n_samples
-    x = jac.rmatvec(from_kernel(_solve_psd(T_QxQ + ones_QxQ, b_Q, solver))) + momentum * state
+    x = out(jac.rmatvec(from_kernel(_solve_psd(T_QxQ + ones_QxQ, b_Q, solver)))) + momentum * state
     return x, x, {}

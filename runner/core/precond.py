@@ -2,7 +2,8 @@
 
 Each takes Obar as a `Jacobian`, the residuals eps_S and the gradient mode (conventions:
 `runner.core.precond_types`) and returns the update direction. SR returns
-(S + diag_shift I)^-1 F (`runner.core.sr`: dense, or conjugate gradients); minSR returns the same
+(S + diag_shift I)^-1 F (`runner.core.sr`: dense, or conjugate gradients; with diag_scale the
+shift is diag_shift + diag_scale diag(S), `runner.core.diag_scale`); minSR returns the same
 vector through the sample-space identity (A^H A + l)^-1 A^H = A^H (A A^H + l)^-1, cheaper with
 more parameters than samples (`runner.core.minsr`). This module holds what a preconditioner is,
 the configured ones (the `conf/preconditioner` targets) and mixed precision.
@@ -129,8 +130,14 @@ def _max_norm(max_norm):
     return None if max_norm is None else require_number("max_norm", max_norm, positive=True)
 
 
+def _diag_scale(diag_scale):
+    """diag_scale as a float (zero or positive), or None (a plain diag_shift)."""
+    return None if diag_scale is None else require_number("diag_scale", diag_scale, nonnegative=True)
+
+
 def sr(diag_shift: float = 0.01, *, solver: str = "auto", cg_tol: float | None = None, cg_maxiter: int = 1000,
-       cg_recycle_rank: int = 48, cg_recycle_every: int = 20, max_norm: float | None = None) -> Preconditioner:
+       cg_recycle_rank: int = 48, cg_recycle_every: int = 20, max_norm: float | None = None,
+       diag_scale: float | None = None) -> Preconditioner:
     """SR. `solver`: cholesky (dense, with an eigh fallback), eigh (dense), cg (conjugate
     gradients on products with the log-derivatives, warm-started from the previous update,
     stopping at a relative residual `cg_tol` (None: the dtype's default, see `cg_tolerance`;
@@ -142,9 +149,10 @@ def sr(diag_shift: float = 0.01, *, solver: str = "auto", cg_tol: float | None =
     schedule (a function of the VMC step, e.g. an optax schedule; runner.config.schedules).
     `max_norm`: a trust region; the direction x is scaled down to sqrt(x^H S x) <= max_norm, so
     a step of learning rate l changes the state by at most about l max_norm (Fubini-Study
-    distance); None: no cap."""
+    distance); None: no cap. `diag_scale`: the shift becomes the diagonal diag_shift +
+    diag_scale diag(S) (`runner.core.diag_scale`); None: diag_shift alone."""
     diag_shift = _number_or_schedule(diag_shift)
-    max_norm = _max_norm(max_norm)
+    max_norm, diag_scale = _max_norm(max_norm), _diag_scale(diag_scale)
     require_choice("solver", solver, SOLVERS)
     if cg_tol is not None:
         require_number("cg_tol", cg_tol, positive=True)
@@ -168,11 +176,12 @@ def sr(diag_shift: float = 0.01, *, solver: str = "auto", cg_tol: float | None =
 
     return Preconditioner(init, functools.partial(
         sr_update, diag_shift=diag_shift, solver=solver, tol=cg_tol, maxiter=cg_maxiter,
-        recycle_every=cg_recycle_every, max_norm=max_norm))
+        recycle_every=cg_recycle_every, max_norm=max_norm, diag_scale=diag_scale))
 
 
 def minsr(diag_shift: float = 0.01, *, solver: str = "cholesky", momentum: float = 0.0,
-          max_norm: float | None = None, param_chunk_size: int | None = None) -> Preconditioner:
+          max_norm: float | None = None, param_chunk_size: int | None = None,
+          diag_scale: float | None = None) -> Preconditioner:
     """Sample-space SR, for more parameters than samples. `solver`: cholesky or eigh.
     `momentum`: SPRING's mu in [0, 1) (0: plain minSR; see `minsr_update`).
     `diag_shift`: a number, or a schedule (a function of the VMC step; runner.config.schedules).
@@ -180,9 +189,9 @@ def minsr(diag_shift: float = 0.01, *, solver: str = "cholesky", momentum: float
     `param_chunk_size`: build the kernel from blocks of whole parameter leaves of at most this
     many numbers (a larger leaf is a block of its own), each block's derivatives made on their
     own: memory a block's columns instead of all P, for one more derivative pass per block
-    (None: all parameters at once)."""
+    (None: all parameters at once). `diag_scale`: as in `sr`."""
     diag_shift = _number_or_schedule(diag_shift)
-    max_norm = _max_norm(max_norm)
+    max_norm, diag_scale = _max_norm(max_norm), _diag_scale(diag_scale)
     if param_chunk_size is not None:
         param_chunk_size = require_int("param_chunk_size", param_chunk_size, minimum=1)
     require_choice("solver", solver, ("cholesky", "eigh"))
@@ -200,7 +209,8 @@ def minsr(diag_shift: float = 0.01, *, solver: str = "cholesky", momentum: float
     def update(jac, eps_S, mode, state, step=0):
         shift, shown = shift_at(diag_shift, step, eps_S.dtype)
         x, state, info = minsr_update(jac, eps_S, mode, state, diag_shift=shift, solver=solver,
-                                      momentum=float(momentum), max_norm=max_norm, param_chunk_size=param_chunk_size)
+                                      momentum=float(momentum), max_norm=max_norm, param_chunk_size=param_chunk_size,
+                                      diag_scale=diag_scale)
         return x, state, {**info, **shown}
 
     return Preconditioner(init, update)

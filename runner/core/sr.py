@@ -12,6 +12,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from runner.core.diag_scale import chunks_of, metric_diagonal, relative_shift
 from runner.core.precond_types import Jacobian, force, from_dense
 from runner.parallel.mesh import meshed, replicated
 
@@ -123,6 +124,9 @@ def _solve_psd(M, rhs, solver):
 
 
 def _shifted(M, diag_shift):
+    """M + diag_shift: a number times the identity, or a diagonal [P] (`runner.core.diag_scale`)."""
+    if jnp.ndim(diag_shift) == 1:
+        return M + jnp.diag(diag_shift.astype(M.dtype))
     return M + diag_shift * jnp.eye(M.shape[0], dtype=M.dtype)
 
 
@@ -248,25 +252,36 @@ def _cg_solve(jac: Jacobian, eps_S, mode, state: CGState, *, diag_shift, tol, ma
 
 
 def sr_update(jac: Jacobian, eps_S, mode, state, step=0, *, diag_shift, solver, tol=None, maxiter=1000,
-              recycle_every=20, max_norm=None):
+              recycle_every=20, max_norm=None, diag_scale=None):
     """Stochastic reconfiguration in parameter space: (S + diag_shift) x = F, x then capped to a
     length of `max_norm` in the metric S (`_capped`; None: no cap).
 
     The cg solver carries a `CGState` (`sr`'s init decides, resolving "auto" from the number
     of parameters); the dense solvers carry nothing. `diag_shift`: a number, or a schedule
-    read at `step`.
+    read at `step`. With `diag_scale` (a number), the shift is the diagonal
+    diag_shift + diag_scale diag(S) (`runner.core.diag_scale`; cg takes diag(S) from the
+    Jacobian's chunks, one more pass over the samples).
     """
     if isinstance(state, CGState):
         shift, shown = shift_at(diag_shift, step, state.x0.dtype)
+        if diag_scale is not None:
+            shift = relative_shift(metric_diagonal(chunks_of(jac)), shift, diag_scale).astype(shift_dtype(state.x0))
         x, F, state, info = _cg_solve(jac, eps_S, mode, state, diag_shift=shift, tol=tol, maxiter=maxiter,
                                       recycle_every=recycle_every)
     else:
         # The force from the matrix just built, not from another pass over the samples.
         S, F = _gram_and_force(jac.dense(), eps_S, mode, jac.n_chains)
         shift, shown = shift_at(diag_shift, step, S.dtype)
+        if diag_scale is not None:
+            shift = relative_shift(jnp.real(jnp.diagonal(S)), shift, diag_scale)
         x, info = _solve_psd(_shifted(S, shift), F, solver), {}
     x, capped = _capped(x, _real_dot(x, F), shift, max_norm)
     return x, state, {**info, **shown, **capped}
+
+
+def shift_dtype(x):
+    """The real dtype of x's precision (a diagonal shift in it keeps a 32-bit solve 32-bit)."""
+    return jnp.finfo(x.dtype).dtype
 
 
 def _real_dot(a, b):
@@ -276,9 +291,11 @@ def _real_dot(a, b):
 
 def _capped(x, x_dot_F, shift, max_norm):
     """x scaled down to a length of at most `max_norm` in the metric S (None: as it is), and the
-    info {"step_norm": its length before} (with a cap only). x solves (S + shift) x = F, so
-    x^H S x = Re(x^H F) - shift |x|^2 needs no further product with S or the samples."""
+    info {"step_norm": its length before} (with a cap only). x solves (S + shift) x = F (shift a
+    number or a diagonal [P]), so x^H S x = Re(x^H F) - x^H shift x needs no further product with
+    S or the samples."""
     if max_norm is None:
         return x, {}
-    norm = jnp.sqrt(jnp.maximum(x_dot_F - shift * _real_dot(x, x), 0.0))
+    shifted = _real_dot(x, shift * x) if jnp.ndim(shift) == 1 else shift * _real_dot(x, x)
+    norm = jnp.sqrt(jnp.maximum(x_dot_F - shifted, 0.0))
     return x * (max_norm / jnp.maximum(norm, max_norm)), {"step_norm": norm}
