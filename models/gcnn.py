@@ -1,10 +1,12 @@
 """Group-convolutional network over the lattice's space group, projected onto a symmetry sector."""
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -126,6 +128,40 @@ def tables_of(hilbert, sector) -> tuple:
     return group_tables(group.perm_ExN, elements, chi, sector.parity, sector), sector
 
 
+@functools.lru_cache(maxsize=16)
+def _index_tables(tables: GroupTables) -> tuple:
+    """(inverse_GxN, conv_index_GxG) on the host, once per group: [g, j] the site perm_g^-1(j),
+    and [h, g] the element h^-1 g."""
+    return np.argsort(tables.perm_GxN(), axis=1).astype(np.int32), tables.conv_index_GxG()
+
+
+# One jitted function: run eagerly (tests, exact sums) it compiles once per shape instead of op
+# by op; inside a traced program it is inlined, with the group's index tables as host constants
+# that only gather parameters (nothing for XLA to constant-fold).
+@functools.partial(jax.jit, static_argnames=("tables", "elements"), inline=True)
+def _features(params, sigma_BxN, tables: GroupTables, elements):
+    """The last layer's features [B, G', C] (G' the `elements`, None: all) of the layers whose
+    parameters (kernel0, bias0, kernels, biases) are given (`GCNN.features_xGxC`)."""
+    kernel0, bias0, kernels, biases = params
+    n, n_elements = tables.n_sites, tables.n_elements
+    inverse_GxN, index_GxG = _index_tables(tables)
+    out = np.arange(n_elements) if elements is None else np.asarray(elements, np.int32)
+    # f1_c(g) = sum_i W_ci s_{perm_g(i)} = sum_j s_j W_c,perm_g^-1(j): one product with W
+    # expanded to [N, G C].
+    inverse_GxN = inverse_GxN[out] if not kernels else inverse_GxN
+    expanded_NxGC = kernel0[inverse_GxN.T].reshape(n, -1)
+    f = real_times(sigma_BxN.astype(jnp.real(kernel0).dtype), expanded_NxGC)
+    f = f.reshape(f.shape[0], len(inverse_GxN), -1) + bias0
+    for layer, (kernel, bias) in enumerate(zip(kernels, biases), start=1):
+        columns = index_GxG[:, out] if layer == len(kernels) else index_GxG
+        # The convolution as one product of x [B, C_in G] with the [C_in G, G' C_out] matrix of
+        # W(h^-1 g), gathered along the kernel's group axis (no transpose of the matrix).
+        matrix = jnp.take(jnp.swapaxes(kernel, 0, 1), columns, axis=1).reshape(n_elements * kernel.shape[1], -1)
+        x = jnp.swapaxes(log_cosh(f), 1, 2).reshape(f.shape[0], -1)
+        f = (x @ matrix).reshape(f.shape[0], columns.shape[1], -1) + bias
+    return f
+
+
 def check_features(features) -> tuple:
     """`features` as a tuple of positive integers, else ConfigError."""
     if (not isinstance(features, (list, tuple)) or not features
@@ -186,25 +222,11 @@ class GCNN(nn.Module):
     def features_xGxC(self, sigma_xN, n_layers: int | None = None, elements=None):
         """The features f of layer `n_layers` (1 to len(features), default the last), before
         log_cosh, at `elements` (indices into the group, default all) [..., G, C]."""
-        tables = self.hilbert
-        n, n_elements = tables.n_sites, tables.n_elements
-        lead = sigma_xN.shape[:-1]
         last = len(self.features) if n_layers is None else n_layers
-        out = np.arange(n_elements) if elements is None else np.asarray(elements)
-        inverse_GxN = np.argsort(tables.perm_GxN(), axis=1)[out if last == 1 else slice(None)]
-        # f1_c(g) = sum_i W_ci s_{perm_g(i)} = sum_j s_j W_c,perm_g^-1(j): one product with W
-        # expanded to [N, G C].
-        expanded_NxGC = jnp.swapaxes(self.kernel0[inverse_GxN], 0, 1).reshape(n, -1)
-        f = real_times(sigma_xN.reshape(-1, n).astype(jnp.real(self.kernel0).dtype), expanded_NxGC)
-        f = f.reshape(f.shape[0], len(inverse_GxN), -1) + self.bias0
-        index_GxG = tables.conv_index_GxG()  # [h, g]: h^-1 g
-        for layer in range(1, last):
-            kernel, columns = self.kernels[layer - 1], index_GxG[:, out] if layer == last - 1 else index_GxG
-            # The convolution as one product with the [G C_in, G' C_out] matrix of W(h^-1 g).
-            matrix = jnp.transpose(kernel[columns], (0, 2, 1, 3)).reshape(n_elements * kernel.shape[1], -1)
-            x = log_cosh(f).reshape(f.shape[0], -1)
-            f = (x @ matrix).reshape(f.shape[0], columns.shape[1], -1) + self.biases[layer - 1]
-        return f.reshape(*lead, *f.shape[1:])
+        out = None if elements is None else tuple(int(g) for g in np.asarray(elements).reshape(-1))
+        params = (self.kernel0, self.bias0, tuple(self.kernels[:last - 1]), tuple(self.biases[:last - 1]))
+        f = _features(params, sigma_xN.reshape(-1, self.hilbert.n_sites), self.hilbert, out)
+        return f.reshape(*sigma_xN.shape[:-1], *f.shape[1:])
 
     def __call__(self, sigma_xN):
         tables = self.hilbert
