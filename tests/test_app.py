@@ -99,6 +99,7 @@ def test_run_from_before_fingerprints_is_refused(finished, tmp_path):
         assert "before config fingerprints were recorded" in line and "resume=false" in line, line
 
 
+@pytest.mark.slow
 def test_resume_false_starts_over(finished, tmp_path):
     run_dir = copy_of(finished, tmp_path)
     proc = run_cli([*RUN, "n_iter=4", "seed=3", "resume=false", f"hydra.run.dir={run_dir}"], REPO, check=True)
@@ -112,6 +113,7 @@ def test_resume_false_starts_over(finished, tmp_path):
     assert "seed is 0 in this config but 3" in one_error_line(run_cli([*RUN, "n_iter=4", f"hydra.run.dir={run_dir}"], REPO))
 
 
+@pytest.mark.slow
 def test_extending_n_iter_resumes_and_matches_an_uninterrupted_run(finished, six_steps, tmp_path):
     run_dir = copy_of(finished, tmp_path)
     proc = run_cli([*RUN, "n_iter=6", f"hydra.run.dir={run_dir}"], REPO, check=True)
@@ -121,6 +123,7 @@ def test_extending_n_iter_resumes_and_matches_an_uninterrupted_run(finished, six
     assert summary_of(run_dir)["config_fingerprint"] == summary_of(six_steps)["config_fingerprint"]
 
 
+@pytest.mark.slow
 def test_other_final_rounds_reestimates_instead_of_returning_the_old_summary(finished, tmp_path):
     run_dir = copy_of(finished, tmp_path)
     fresh = tmp_path / "fresh"
@@ -131,6 +134,7 @@ def test_other_final_rounds_reestimates_instead_of_returning_the_old_summary(fin
     assert summary_of(run_dir)["energy"] == summary_of(fresh)["energy"] != summary_of(finished)["energy"]
 
 
+@pytest.mark.slow
 def test_adding_observables_to_a_finished_run_measures_them_without_rerunning_steps(finished, tmp_path):
     run_dir = copy_of(finished, tmp_path)
     proc = run_cli([*RUN, "n_iter=4", "observables=spin", f"hydra.run.dir={run_dir}"], REPO, check=True)
@@ -139,6 +143,7 @@ def test_adding_observables_to_a_finished_run_measures_them_without_rerunning_st
     assert "mz2" in summary_of(run_dir)["observables"]
 
 
+@pytest.mark.slow
 def test_a_sweep_rerun_with_other_seeds_refuses_each_point_and_leaves_its_files(tmp_path):
     """Job directories named by job number only: re-running the sweep with new seeds finds the old
     seeds' runs there. Each point is refused in one sentence, the others still tried, exit 2."""
@@ -167,6 +172,7 @@ def exact_log_lines(proc):
             [line for line in lines if "exact ground energy" in line and "from the sweep cache" in line])
 
 
+@pytest.mark.slow
 def test_sweep_computes_the_exact_energy_once_per_hamiltonian(tmp_path):
     proc = run_cli(["-m", *SWEEP, "optimizer.learning_rate=0.01,0.02", "seed=5", f"hydra.sweep.dir={tmp_path}"],
                    REPO, check=True)
@@ -187,6 +193,7 @@ def test_sweep_computes_the_exact_energy_once_per_hamiltonian(tmp_path):
     assert {summary_of(run)["exact_energy"] for run in runs} == exact
 
 
+@pytest.mark.slow
 def test_sweep_over_the_field_computes_the_exact_energy_per_point(tmp_path):
     proc = run_cli(["-m", *SWEEP, "hamiltonian.h=0.5,1.5", f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
     assert tuple(map(len, exact_log_lines(proc))) == (2, 0), proc.stdout
@@ -289,6 +296,7 @@ def metrics_lines(run_dir, n):
     return lambda: path.exists() and len(path.read_text().splitlines()) >= n
 
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_at_the_next_step_and_exits_130(tmp_path):
     proc = start_run(STOP, tmp_path)
     assert wait_for(proc, metrics_lines(tmp_path, 12)), "the run ended before it could be interrupted"
@@ -566,6 +574,7 @@ def test_resume_false_says_what_it_replaces(finished, tmp_path):
     assert rundir.replacing(tmp_path, other(False, stored)) is None
 
 
+@pytest.mark.slow
 def test_a_run_with_observables_reports_those_of_the_exact_ground_state(tmp_path):
     from runner.physics import exact, hamiltonians, observables
     from runner.physics import hilbert as hb

@@ -94,6 +94,7 @@ def test_a_bad_schedule_node_stops_the_cli_with_one_sentence(tmp_path):
     assert lines[0].startswith("Config error: optimizer.learning_rate must be a schedule with a positive value")
 
 
+@pytest.mark.slow
 def test_each_step_uses_the_schedules_value_at_its_step():
     """Step k of a scheduled run is bitwise step k of a run with the numbers lr(k), diag_shift(k):
     the schedules are read at the VMC step, 0 at the first (optax's count for the lr)."""
@@ -117,6 +118,7 @@ def test_each_step_uses_the_schedules_value_at_its_step():
             np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.slow
 def test_metrics_carry_the_schedules_values_and_a_resumed_run_is_bitwise_the_same(tmp_path):
     whole = execute([*SCHEDULED, "n_iter=6"], tmp_path / "whole")
     lr = optax.cosine_decay_schedule(0.05, 4, alpha=0.1)
@@ -133,6 +135,7 @@ def test_metrics_carry_the_schedules_values_and_a_resumed_run_is_bitwise_the_sam
     assert summary(tmp_path / "resumed")["energy"] == summary(tmp_path / "whole")["energy"]
 
 
+@pytest.mark.slow
 def test_a_constant_schedule_is_bitwise_the_plain_number_and_adds_the_metrics(tmp_path):
     plain = execute(["n_iter=4", "optimizer.learning_rate=0.02", "preconditioner.diag_shift=0.01"], tmp_path / "plain")
     constant = execute([*CONSTANT, "n_iter=4"], tmp_path / "constant")

@@ -61,6 +61,7 @@ CASES = [(m, solver, chunk) for m in ("rbm_real", "rbm_complex", "nonholomorphic
 
 
 @pytest.mark.parametrize("model_name,solver,chunk_size", CASES)
+@pytest.mark.slow
 def test_energy_and_update_are_the_exact_sums(model_name, solver, chunk_size):
     """64 configurations on 3 rows of 22 (2 padding rows of weight 0): the energy, its variance
     and the SR / minSR update equal the dense sums over the space, chunked or not."""
@@ -93,6 +94,7 @@ def test_energy_and_update_are_the_exact_sums(model_name, solver, chunk_size):
     (hb.chain(10, total_sz=0), "lattice", 16),
     (hb.square(Lx=2, Ly=4, total_sz=0), "translations", 12),
 ])
+@pytest.mark.slow
 def test_the_sum_over_orbits_equals_the_sum_over_all_configurations(lattice, symmetry, n_orbits):
     """A space-group RBM on the Marshall-rotated J1-J2 model: one configuration per orbit,
     weighted by the orbit's size, gives the energy and the SR update of all 252 (70)."""
@@ -211,6 +213,7 @@ def test_an_orbit_sum_with_a_model_that_is_not_symmetric_exits_2(tmp_path):
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_observables_are_exact_sums_over_every_configuration(tmp_path):
     """With orbits the energy is summed over them, but the observables over every configuration
     (Z_i Z_j differs between members of an orbit): <Z_i Z_j>, zz_nn and S(q) equal the dense sums

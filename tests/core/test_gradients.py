@@ -1,6 +1,7 @@
 """Gradients, SR and minSR against exact full sums over the Hilbert space."""
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -59,15 +60,22 @@ def _setup(model_name, seed=0):
 
 
 def _exact_energy(model, states, H):
+    """params -> <psi|H|psi> / <psi|psi>, compiled (eagerly, a deep model is hundreds of small
+    programs)."""
     def energy(params):
         psi = jnp.exp(model.apply({"params": params}, states))
         return jnp.real(jnp.vdot(psi, H @ psi) / jnp.vdot(psi, psi))
 
-    return energy
+    return jax.jit(energy)
 
 
 def _exact_weighted(problem, params, states, mode):
-    """Obar and eps weighted by sqrt(p): Obar^H eps and Obar^H Obar are exact expectations."""
+    """Obar and eps weighted by sqrt(p): Obar^H eps and Obar^H Obar are exact expectations
+    (one compiled program)."""
+    return jax.jit(functools.partial(_weighted, problem, mode=mode))(params, states)
+
+
+def _weighted(problem, params, states, mode):
     logpsi = problem.model.apply({"params": params}, states)
     p = jnp.exp(2 * jnp.real(logpsi))
     p = p / jnp.sum(p)
@@ -83,10 +91,10 @@ def _wirtinger_reference(energy, params):
     """The gradient convention of the core: dE/dtheta for real, dE/dx + i dE/dy for complex."""
     flat, unravel = ravel_pytree(params)
     if not jnp.iscomplexobj(flat):
-        return jax.grad(lambda v: energy(unravel(v)))(flat)
+        return jax.jit(jax.grad(lambda v: energy(unravel(v))))(flat)
     n = flat.shape[0]
     split = jnp.concatenate([flat.real, flat.imag])
-    g = jax.grad(lambda v: energy(unravel(v[:n] + 1j * v[n:])))(split)
+    g = jax.jit(jax.grad(lambda v: energy(unravel(v[:n] + 1j * v[n:]))))(split)
     return g[:n] + 1j * g[n:]
 
 
@@ -95,6 +103,7 @@ def _problem(model, ham):
 
 
 @pytest.mark.parametrize("model_name", sorted(MODELS))
+@pytest.mark.slow
 def test_gradient_matches_exact_derivative(model_name):
     lattice, ham, model, states, params, H = _setup(model_name)
     problem = _problem(model, ham)

@@ -92,6 +92,7 @@ def _dense_spin(lattice, psi):
 
 @pytest.mark.parametrize("param_dtype", [jnp.complex128, jnp.float64])
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_spin_set_matches_dense(case, param_dtype):
     lattice, ham = CASES[case]()
     model, params, states = _model_state(lattice, param_dtype)
@@ -127,6 +128,7 @@ def test_spin_operators_as_pauli_sums_match_dense():
 
 @pytest.mark.parametrize("param_dtype", [jnp.complex128, jnp.float64])
 @pytest.mark.parametrize("ratio", ["full", "rbm"])
+@pytest.mark.slow
 def test_custom_with_y_terms_matches_dense(param_dtype, ratio):
     lattice = hb.chain(6)
     ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)  # rotated: X and Y on odd sites flip sign
@@ -204,6 +206,7 @@ def test_error_bar_is_positive_and_shrinks_like_one_over_sqrt_n():
     assert np.all((ratio > 3.0) & (ratio < 5.3)), ratio
 
 
+@pytest.mark.slow
 def test_estimate_shares_samples_with_the_energy_and_matches_dense():
     lattice = hb.chain(6)
     ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)
@@ -271,6 +274,7 @@ def test_bad_values_raise_config_error(make, key):
     assert err.value.key == key
 
 
+@pytest.mark.slow
 def test_cli_run_writes_observables(tmp_path, repo):
     run_dir = tmp_path / "run"
     run_cli(["observables=spin", "observables.every=5", "n_iter=12", "hilbert.L=6", "sampler.n_samples=128",
@@ -307,6 +311,7 @@ def test_report_plots_observables_against_the_swept_key(tmp_path):
     np.testing.assert_allclose(panels["mz2"].lines[0].get_xydata(), [[0.5, 2.0], [1.0, 1.0], [1.5, 1 / 1.5]])
 
 
+@pytest.mark.slow
 def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
     from runner import app
     from runner.config.build import build
@@ -363,6 +368,7 @@ def test_every_option_composes_and_builds(option, repo):
     assert build(config).observables is None
 
 
+@pytest.mark.slow
 def test_an_observable_fixed_by_the_sector_prints_a_zero_error_bar(tmp_path, repo):
     """In the Sz = 0 sector magnetization_z is exactly 0 on every sample: its error bar is 0,
     printed as 0 (a falsy 0.0 used to print as nan)."""

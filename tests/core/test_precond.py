@@ -194,6 +194,7 @@ def _close(x, expected, rtol):
 
 
 @pytest.mark.parametrize("kind", sorted(MINSR_MODES))
+@pytest.mark.slow
 def test_chunked_minsr_equals_one_chunk_dense_minsr_and_sr(kind):
     """The kernel from 2 or 4 chunks (of 8 chains) gives the one-chunk solution to 1e-12, both
     equal the dense formula, and with fewer parameters than samples parameter-space SR at the

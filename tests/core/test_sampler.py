@@ -66,6 +66,7 @@ def _draw_many(sampler, logpsi, params, seed, rounds):
         ("local-plain", hb.chain(6)),
     ],
 )
+@pytest.mark.slow
 def test_histogram_matches_exact_distribution(kind, lattice):
     dtype = jnp.complex128 if kind.endswith("complex") else jnp.float64
     cached = not kind.endswith("plain")
@@ -107,6 +108,7 @@ def test_chain_depends_only_on_its_own_key(kind):
 
 @pytest.mark.parametrize("kind,dtype", [("local", jnp.float64), ("local", jnp.complex128),
                                         ("exchange", jnp.float64), ("exchange", jnp.complex128)])
+@pytest.mark.slow
 def test_cached_updates_give_the_same_chains(kind, dtype):
     """The RBM's O(M) local updates reproduce the plain evaluation sample for sample."""
     lattice = hb.chain(8, total_sz=0 if kind == "exchange" else None)

@@ -109,6 +109,7 @@ def _least_squares(M, b, mode):
 
 @pytest.mark.parametrize("real_time", [True, False], ids=["real_time", "imaginary_time"])
 @pytest.mark.parametrize("model_name", sorted(MODELS))
+@pytest.mark.slow
 def test_tangent_vector_and_residual_are_the_dense_projection(model_name, real_time):
     """With a full sum, O theta_dot is the least-squares projection of -i H psi (or -H psi) onto
     the tangent space, orthogonal to psi, and r^2 is its relative distance: both from the
@@ -148,6 +149,7 @@ def _reference_snr(problem, params, sigma, real_time):
 
 
 @pytest.mark.parametrize("model_name", ["rbm_complex", "amplitude_phase"])
+@pytest.mark.slow
 def test_signal_to_noise_ratios_are_those_of_the_samples(model_name):
     """With samples of |psi|^2, SNR_k is |rho_k| over the standard error of the mean of the
     per-sample estimates of rho_k (a NumPy reference on the same samples). A cut-off far below

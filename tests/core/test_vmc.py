@@ -35,6 +35,7 @@ def _problem_and_samples(chunk_size=None):
     return problem, state, sigma
 
 
+@pytest.mark.slow
 def test_chunked_evaluation_equals_unchunked():
     whole, state, sigma = _problem_and_samples()
     chunked = dataclasses.replace(whole, chunk_size=64)  # 8 samples per chain at a time
@@ -77,6 +78,7 @@ CG_MODELS = {"rbm": ["model.alpha=8"], "mlp": ["model=mlp", "model.hidden=[64]"]
 
 
 @pytest.mark.parametrize("name", sorted(CG_MODELS))
+@pytest.mark.slow
 def test_chunked_cg_products_and_step_equal_unchunked_and_use_less_memory(name):
     whole, state, sigma = _cg_problem_and_samples(CG_MODELS[name])
     chunked = dataclasses.replace(whole, chunk_size=64)  # 4 samples of each of the 16 chains at a time
@@ -127,6 +129,7 @@ DTYPE_RUN = ["hilbert.L=8", "sampler.n_samples=512", "sampler.n_chains=16", "n_i
     ["dtype=complex64", "hamiltonian=heisenberg", "hilbert.total_sz=0", "sampler=metropolis_exchange",
      "preconditioner.solver=cg"],
 ], ids=["float32", "float32_cg", "complex64_heisenberg_cg"])
+@pytest.mark.slow
 def test_single_precision_runs_end_to_end(overrides, tmp_path):
     """32-bit runs from the command line finish near the exact energy, and CG converges at
     the dtype's default tolerance instead of running to cg_maxiter."""

@@ -47,6 +47,7 @@ def source(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow
 def test_warm_start_begins_at_the_source_final_energy(source, tmp_path):
     run_dir = tmp_path / "warm"
     run_cli([*SMALL, "n_iter=2", f"init_from={source}", f"hydra.run.dir={run_dir}"], REPO, check=True)

@@ -102,6 +102,7 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.slow
 def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     """RBMSymm declares the RBM's local updates on its expanded matrix: its fast local energies
     equal dense H psi / psi, its sampler cache follows log |psi| through moves, and a projected

@@ -69,6 +69,7 @@ def test_elements_that_act_alike_are_merged():
 
 
 @pytest.mark.parametrize("name", ["kagome2", "triangular3"])
+@pytest.mark.slow
 def test_every_layer_is_equivariant(name):
     """f_l(h s)(g) = f_l(s)(h g) at every layer, for every element h, on random configurations."""
     hilbert = LATTICES[name]()
@@ -100,6 +101,7 @@ SECTORS = {
 
 @pytest.mark.parametrize("name,dtype", [(name, jnp.complex128) for name in sorted(SECTORS)]
                          + [("kagome2_B1", jnp.float64), ("square4_k10_odd_mirror", jnp.float64)])
+@pytest.mark.slow
 def test_log_psi_transforms_as_its_sector(name, dtype):
     """psi(g s) = chi(g) psi(s) on the little group, psi(-s) = parity psi(s), on random
     configurations; log psi is the explicit weighted sum over the full layer's features."""

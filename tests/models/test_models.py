@@ -36,6 +36,7 @@ WITH_LOG_ABS = ["rbm", "rbm_no_visible_bias", "mlp"]  # the rest: the runner tak
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.slow
 def test_shapes_and_dtypes(name, dtype):
     model = MODELS[name](dtype)
     sigma = jnp.where(jax.random.bernoulli(jax.random.PRNGKey(0), 0.5, (3, 5, 7)), 1, -1).astype(jnp.int8)
@@ -345,6 +346,7 @@ def _same_amplitude(a, b, rtol=1e-11):
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 @pytest.mark.parametrize("name", INVARIANT)
+@pytest.mark.slow
 def test_log_psi_is_invariant_under_translations(name, dtype):
     lattice, model, states, params = _lattice_model(name, dtype)
     assert len(lattice.translations) > 1
@@ -400,6 +402,7 @@ def _dense_heisenberg(lattice, J2):
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 @pytest.mark.parametrize("name", sorted(LATTICE_MODELS))
+@pytest.mark.slow
 def test_local_energies_match_dense_h_psi(name, dtype):
     lattice, model, states, params = _lattice_model(name, dtype)
     J2 = 0.3 if lattice.n_sites == 6 else 0.0
@@ -419,6 +422,7 @@ def test_local_energies_match_dense_h_psi(name, dtype):
                                   "vit_square", "vit_chain_projected",
                                   *(pytest.param(n, marks=pytest.mark.slow)  # 40 to 60 s each on 2 busy cores
                                     for n in ("gcnn_triangular", "gcnn_chain_momentum_parity"))])
+@pytest.mark.slow
 def test_force_matches_exact_gradient(name, dtype):
     """The core's log-derivatives give the force 2 <O* (E_loc - E)> of the exact distribution,
     equal to the derivative of the exact energy <psi|H|psi> / <psi|psi> (Kronecker H)."""
@@ -518,6 +522,7 @@ def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
 @pytest.mark.parametrize("shape,kernel_size,pbc", [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True),
                                                    ((4, 3), 2, False)])
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex64])
+@pytest.mark.slow
 def test_a_constant_channel_carries_the_bias(shape, kernel_size, pbc, dtype):
     """The CNN's first layer adds its bias inside the convolution, through an input channel of
     ones (`with_bias_channel`): the same as adding it after, with or without periodic padding
@@ -541,6 +546,7 @@ def test_a_constant_channel_carries_the_bias(shape, kernel_size, pbc, dtype):
                                                    ((2, 4), 5, True), ((4, 3), 2, False)])
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128, jnp.complex64])
 @pytest.mark.parametrize("form", ["xla", "windows", "dense"])
+@pytest.mark.slow
 def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, dtype, form):
     """Each of the convolution's formulations (XLA's convolution of the padded grid, the stacked
     windows' product, the whole layer's matrix) equals the explicit sum over every cell's kernel

@@ -117,6 +117,7 @@ PROJECTED = {
 
 
 @pytest.mark.parametrize("name", sorted(PROJECTED))
+@pytest.mark.slow
 def test_projected_models_transform_as_their_sector_and_are_the_dense_projection(name):
     """psi(g s) = chi(g) psi(s) for every g of the little group, and psi(-s) = parity psi(s), on
     random configurations; and over a whole (Sz = 0) basis the projected amplitudes are P psi

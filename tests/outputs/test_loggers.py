@@ -112,6 +112,7 @@ def test_a_resumed_run_goes_on_in_the_same_mlflow_run_and_tensorboard_series(tmp
         (r["step"], pytest.approx(r["energy"], rel=1e-6)) for r in records]
 
 
+@pytest.mark.slow
 def test_a_run_started_over_gets_a_new_mlflow_run_and_tensorboard_series(tmp_path):
     args = ["hilbert.L=6", "sampler.n_samples=128", "final_rounds=1", "exact=false", "n_iter=3",
             "logger=[mlflow,tensorboard]", "logger.mlflow.flush_seconds=0", "hydra.run.dir=run"]

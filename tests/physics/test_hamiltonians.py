@@ -41,6 +41,7 @@ CASES = [
 
 @pytest.mark.parametrize("param_dtype", [jnp.complex128, jnp.float64])
 @pytest.mark.parametrize("ham_name,lattice_name,sign_rule", CASES)
+@pytest.mark.slow
 def test_local_energy_matches_dense(ham_name, lattice_name, sign_rule, param_dtype):
     lattice = LATTICES[lattice_name]()
     if ham_name == "ising":
@@ -188,6 +189,7 @@ KINDS = ["ising", "heisenberg", "xxz", "pauli"]
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lattice_name", list(SMALL_LATTICES))
+@pytest.mark.slow
 def test_every_lattice_and_hamiltonian_matches_dense(lattice_name, kind):
     lattice = SMALL_LATTICES[lattice_name]()
     ham, H = _hamiltonian_and_dense(kind, lattice)
@@ -211,6 +213,7 @@ def test_every_lattice_and_hamiltonian_matches_dense(lattice_name, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("lattice_name", ["chain5_obc", "triangular3_pbc", "honeycomb2_pbc", "kagome1x2_obc", "graph5"])
+@pytest.mark.slow
 def test_local_energies_of_every_hamiltonian_match_dense(lattice_name, kind):
     lattice = SMALL_LATTICES[lattice_name]()
     ham, H = _hamiltonian_and_dense(kind, lattice)
