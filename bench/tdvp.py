@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""The TDVP benchmark: the 1D quench of `experiment=tfim_quench_1d` (periodic TFIM chain, complex
+translation-symmetric RBM alpha 2, 4096 samples, RK4, dt 0.01, soft pseudo-inverse rcond 1e-6) in
+vmc-runner and in NetKet (`bench/netket_tdvp.py`: `netket.experimental.TDVP`), started from the
+uniform state (all-zero parameters: |+x>), interleaved (A B B A ...), each a fresh process.
+
+Reported: seconds of wall time per unit of physical time, from the first saved time after t = 0
+to t_end (compilation and the first interval left out), and their ratio (ours / NetKet's). The
+runner also measures the energy on fresh samples at every saved time (NetKet reads its step's);
+NetKet's side does not.
+
+Usage: python bench/tdvp.py --netket-python /path/to/netket/venv/bin/python [--repeats 2]
+                            [--L 40] [--n-samples 4096] [--t-end 0.3]
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from run import REPO, process_env  # bench/ is on sys.path
+
+DT, SAVE_EVERY, RCOND, H = 0.01, 0.05, 1e-6, 1.0
+
+
+def ours(args, run_dir: Path, env) -> dict:
+    """vmc-runner's run of the quench in `run_dir`; its seconds per unit time from trajectory.jsonl."""
+    subprocess.run([sys.executable, "-m", "runner", "task=dynamics", f"hilbert.L={args.L}", f"hamiltonian.h={H}",
+                    "model=rbm_symm", "model.alpha=2", "dtype=complex128", f"sampler.n_samples={args.n_samples}",
+                    "task.integrator=rk4", f"task.dt={DT}", f"task.save_every={SAVE_EVERY}", f"task.rcond={RCOND}",
+                    f"task.t_end={args.t_end}", "exact=false", "observables=none", "logger=[jsonl]",
+                    f"hydra.run.dir={run_dir}"], cwd=REPO, env=env, check=True, capture_output=True)
+    records = [json.loads(line) for line in (run_dir / "trajectory.jsonl").read_text().splitlines()]
+    first = next(r for r in records if r["t"] > 1e-12)
+    last = records[-1]
+    return {"code": "vmc-runner", "seconds_per_unit_time": (last["wall_time"] - first["wall_time"]) / (last["t"] - first["t"]),
+            "saved_times": [r["t"] for r in records], "energies": [r["energy"] for r in records]}
+
+
+def netket(args, env) -> dict:
+    out = subprocess.run([args.netket_python, str(REPO / "bench" / "netket_tdvp.py"), f"--L={args.L}", f"--h={H}",
+                          f"--n-samples={args.n_samples}", f"--dt={DT}", f"--t-end={args.t_end}",
+                          f"--save-every={SAVE_EVERY}", f"--rcond={RCOND}"],
+                         env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--netket-python", required=True)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--L", type=int, default=40)
+    parser.add_argument("--n-samples", type=int, default=4096)
+    parser.add_argument("--t-end", type=float, default=0.3)
+    args = parser.parse_args(argv)
+    env = process_env()
+    times = {"vmc-runner": [], "netket": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.repeats):
+            order = ("vmc-runner", "netket") if rep % 2 == 0 else ("netket", "vmc-runner")
+            for code in order:
+                result = ours(args, Path(tmp) / f"run{rep}", env) if code == "vmc-runner" else netket(args, env)
+                times[code].append(result["seconds_per_unit_time"])
+                print(json.dumps({"repeat": rep, **result}), flush=True)
+    median = {code: statistics.median(v) for code, v in times.items()}
+    print(json.dumps({"L": args.L, "n_samples": args.n_samples, "t_end": args.t_end, "python": platform.python_version(),
+                      "seconds_per_unit_time": times, "median": median,
+                      "ratio_ours_to_netket": median["vmc-runner"] / median["netket"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
