@@ -309,3 +309,31 @@ def test_step_parts_times_the_runner_step_on_its_own_samples(capsys):
     np.testing.assert_allclose(out["vmc_step"][1][1]["energy"], energy, rtol=1e-12)
     step_parts.main(["--repeat", "1", *overrides])
     assert capsys.readouterr().out.count(" ms") == 4
+
+
+spec_tdvp = importlib.util.spec_from_file_location("bench_tdvp", REPO / "bench" / "tdvp.py")
+bench_tdvp = importlib.util.module_from_spec(spec_tdvp)
+sys.path.insert(0, str(REPO / "bench"))  # tdvp.py imports run.py as its neighbour
+try:
+    spec_tdvp.loader.exec_module(bench_tdvp)
+finally:
+    sys.path.remove(str(REPO / "bench"))
+
+
+def test_tdvp_bench_runs_the_quench_experiments_numerics():
+    """bench/tdvp.py's constants are experiment=tfim_quench_1d's: integrator, dt, rcond, field,
+    model and samples (the NetKet side takes the same values from it on its command line)."""
+    config = compose_config(["experiment=tfim_quench_1d", "task.initial_state=plus_x"])
+    task = config["task"]
+    assert (task["integrator"], task["dt"], task["save_every"], task["rcond"]) == (
+        "rk4", bench_tdvp.DT, bench_tdvp.SAVE_EVERY, bench_tdvp.RCOND)
+    assert config["hamiltonian"]["h"] == bench_tdvp.H and config["model"]["alpha"] == 2
+    assert config["model"]["_target_"].endswith("RBMSymm") and config["sampler"]["n_samples"] == 4096
+    assert config["hilbert"]["L"] == 40 and config["dtype"]["name"] == "complex128"
+
+
+@pytest.mark.slow
+def test_tdvp_bench_times_the_runners_quench(tmp_path):
+    args = bench_tdvp.argparse.Namespace(L=6, n_samples=64, t_end=0.1)
+    result = bench_tdvp.ours(args, tmp_path / "run", os.environ.copy())
+    assert result["saved_times"] == [0.0, 0.05, 0.1] and result["seconds_per_unit_time"] > 0
