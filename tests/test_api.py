@@ -43,6 +43,7 @@ def checkpoint_params(run_dir, model, n_sites):
         return jax.tree_util.tree_unflatten(treedef, [data[f"leaf_{i:04d}"] for i in range(len(leaves))])
 
 
+@pytest.mark.slow
 def test_config_params_and_log_psi_are_the_checkpoint_model(ising):
     run = runner.load(ising)
     assert run.config["hilbert"]["L"] == 6 and run.config["sampler"]["_target_"] == "runner.core.sampler.exact"
@@ -112,6 +113,7 @@ def test_expect_pauli_terms_against_dense_sums(ising):
     assert abs(mean - exact) < 5 * error and error < 0.05 * abs(exact), (mean, error, exact)
 
 
+@pytest.mark.slow
 def test_expect_is_in_the_original_basis_after_a_sign_rule(heisenberg):
     """The model holds U psi (U = Marshall rotation); <X X> on a bond changes sign under U, so
     an expect without the rotation would give the opposite sign."""

@@ -51,6 +51,7 @@ def copy_of(run_dir, tmp_path):
     return shutil.copytree(run_dir, tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_summary_and_checkpoint_record_the_fingerprint(finished):
     from runner.config import fingerprint
     from runner.lifecycle import checkpoint
@@ -69,6 +70,7 @@ def test_summary_and_checkpoint_record_the_fingerprint(finished):
         ("seed=3", "seed is 3 in this config but 0 in"),
     ],
 )
+@pytest.mark.slow
 def test_rerun_with_another_config_is_refused_and_changes_nothing(finished, tmp_path, change, expected):
     run_dir = copy_of(finished, tmp_path)
     before = {p: p.read_bytes() for p in (run_dir / "summary.json", run_dir / "metrics.jsonl",
@@ -403,6 +405,7 @@ def test_health_warnings_are_in_the_summary_and_printed(tmp_path, caplog):
     assert "health warning [relative_error]" in caplog.text and "health warning [cg_maxiter]" in caplog.text
 
 
+@pytest.mark.slow
 def test_sweep_records_a_bad_point_as_failed_and_runs_the_rest(tmp_path):
     proc = run_cli(["-m", *RUN, "n_iter=2", "sampler.n_chains=16", "sampler.n_samples=1000,256",
                     f"hydra.sweep.dir={tmp_path}"], REPO)
@@ -423,6 +426,7 @@ def test_sweep_records_a_bad_point_as_failed_and_runs_the_rest(tmp_path):
     assert log.index("run directory:") < log.index("lattice:") < log.index("status: completed")
 
 
+@pytest.mark.slow
 def test_config_error_removes_only_the_run_directory_it_created(tmp_path):
     proc = run_cli(["sampler.n_samples=1000"], tmp_path)
     assert proc.returncode == 2

@@ -38,6 +38,7 @@ def summary_bytes(run_dir):
     return (run_dir / "summary.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_the_run_settings_reproduce_the_final_estimate_exactly(run):
     """Same chains, keys and sample counts as the run's final estimate: the same numbers."""
     before = summary_bytes(run)
@@ -51,6 +52,7 @@ def test_the_run_settings_reproduce_the_final_estimate_exactly(run):
     assert summary_bytes(run) == before
 
 
+@pytest.mark.slow
 def test_a_reweighted_run_burns_in_and_its_evaluation_reproduces_it(tmp_path):
     """Trained on samples of |psi| (machine_pow 1): the final estimate discards 16 sweeps per chain
     before sampling |psi|^2, and the evaluation with the run's settings does the same (the same
@@ -79,6 +81,7 @@ def test_more_samples_agree_within_error_bars_and_leave_the_summary(run):
     assert summary_bytes(run) == before
 
 
+@pytest.mark.slow
 def test_sharded_evaluation_equals_single_device(run):
     single = evaluated(run, MORE)
     sharded = evaluated(run, [*MORE, "parallel=sharded", "parallel.cpu_devices=2"])
@@ -123,6 +126,7 @@ def test_a_directory_that_is_not_a_run_is_one_sentence(tmp_path):
     assert proc.returncode == 2 and "holds no .hydra/config.yaml" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_symmetry_projection_of_the_trained_parameters_is_evaluated_exactly(tmp_path):
     """model.sector may be overridden: the run's parameters, the state projected on the chain's
     k=(0) A' P=+1 sector (the space group's trivial irrep, even under the flip); its full-sum energy

@@ -59,6 +59,7 @@ def _solve(solver, Obar, eps, mode, n_params, **kw):
 
 @pytest.mark.parametrize("kind", sorted(MINSR_MODES))
 @pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.slow
 def test_every_solver_solves_the_relatively_shifted_system(kind, solver):
     """Each solver's direction is NumPy's dense solve of (S + diag_shift + diag_scale diag(S)) x = F,
     with fewer and with more parameters than samples (real parameters with a real and a complex

@@ -122,6 +122,7 @@ def test_gradient_matches_exact_derivative(model_name):
 
 @pytest.mark.parametrize("model_name", ["rbm_real", "rbm_complex", "nonholomorphic"])
 @pytest.mark.parametrize("solver", ["cholesky", "eigh"])
+@pytest.mark.slow
 def test_sr_and_minsr_match_exact_solve(model_name, solver):
     lattice, ham, model, states, params, H = _setup(model_name, seed=1)
     problem = _problem(model, ham)
@@ -170,6 +171,7 @@ def test_cholesky_falls_back_on_singular_metric():
 
 
 @pytest.mark.parametrize("model_name", ["rbm_real", "mlp_real", "rbm_complex", "nonholomorphic"])
+@pytest.mark.slow
 def test_jacobian_products_equal_the_dense_matrix(model_name):
     """The products SR's conjugate gradients use (O never formed) equal those with dense O."""
     lattice, ham, model, states, params, H = _setup(model_name, seed=3)
@@ -231,6 +233,7 @@ def test_ritz_basis_from_cg_finds_the_top_eigenpairs(mode):
 
 
 @pytest.mark.parametrize("mode", ["real", "holomorphic"])
+@pytest.mark.slow
 def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
     """CG deflated with a basis from earlier (different) matrices still solves each step
     exactly: the preconditioner is positive definite whatever its basis."""
@@ -261,6 +264,7 @@ def test_cg_with_an_arbitrary_basis_still_converges():
     np.testing.assert_allclose(np.asarray(cg(jac, eps, "real", state)), np.asarray(expected), rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_clip_local_energy_changes_only_the_gradient_of_outlying_samples():
     """energy_and_update with clip_local_energy: the energy statistics are the raw ones; the
     update is the one from the clipped local energies (checked against the force computed

@@ -93,6 +93,7 @@ def test_an_estimate_that_is_not_finite_is_a_jump(energy, error, variance):
     assert int(_guarded(3.0, state, moved, fine)[1]["rejected"]) == 0
 
 
+@pytest.mark.slow
 def test_without_a_jump_the_guard_changes_no_bit(tmp_path):
     """With a threshold no step reaches, the run is the same bits as without the guard."""
     base = build(compose_config([*CASE, "n_iter=8"]))

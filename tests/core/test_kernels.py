@@ -86,6 +86,7 @@ def test_metropolis_loops_of_a_cnn_stay_out_of_single_kernels():
 
 
 @pytest.mark.parametrize("sector", [None, {"momentum": [0, 0], "irrep": "A1"}])
+@pytest.mark.slow
 def test_tied_evaluation_is_the_models_own(sector):
     """log psi and its parameter gradient through `wavefunction.apply_model` equal the model's own,
     bit for bit, for configurations with and without batch axes."""
@@ -103,6 +104,7 @@ def test_tied_evaluation_is_the_models_own(sector):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_only_models_with_convolutions_are_tied():
     """The RBM, MLP and ViT keep XLA's single-kernel loops (measured faster there); a stand-in with
     only `apply` (no `init`), as the tests use to strip fast paths, is read too."""

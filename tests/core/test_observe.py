@@ -187,6 +187,7 @@ def test_one_pass_evaluates_each_distinct_configuration_once():
     assert moves == [(6, 1), (6, 2)]
 
 
+@pytest.mark.slow
 def test_error_bar_is_positive_and_shrinks_like_one_over_sqrt_n():
     lattice = hb.chain(6)
     ham = hamiltonians.ising(lattice, 1.0, 0.7)

@@ -71,6 +71,7 @@ def test_statistics_are_bitwise_the_same_on_every_layout(n_devices):
 
 @pytest.mark.parametrize("mesh_in_context", [False, True], ids=["chain_by_chain", "gathered"])
 @pytest.mark.parametrize("mode", ["real", "holomorphic"])
+@pytest.mark.slow
 def test_dense_sr_is_bitwise_the_same_on_every_layout(mode, mesh_in_context):
     """Without a mesh in context the Gram matrix and force are summed chain by chain; under
     one, Obar is gathered onto every device and multiplied there. Either way no sum over
@@ -101,6 +102,7 @@ def test_cg_tolerance_follows_the_dtype(caplog):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 @pytest.mark.parametrize("mode", ["real", "holomorphic"])
+@pytest.mark.slow
 def test_cg_reaches_its_default_tolerance_and_reports_its_work(mode, dtype):
     """With the dtype's default tolerance CG converges well before cg_maxiter, in 32 bits as in
     64, and says how many iterations it took and the residual it stopped at."""
@@ -295,6 +297,7 @@ def test_chunked_minsr_memory_is_bounded_by_the_chunk():
 
 
 @pytest.mark.parametrize("kind", sorted(MINSR_MODES))
+@pytest.mark.slow
 def test_spring_two_steps_match_the_formula(kind):
     """SPRING with mu = 0.8: two consecutive steps (the second from the first's state, its
     kernel in 2 chunks) equal x_k = A^+ (2 eps - mu A x_{k-1}) + mu x_{k-1} from NumPy."""
@@ -326,6 +329,7 @@ def _metric_norm(x, Obar_PxS, mode):
 
 @pytest.mark.parametrize("kind", sorted(MINSR_MODES))
 @pytest.mark.parametrize("solver", ["cholesky", "cg", "minsr"])
+@pytest.mark.slow
 def test_max_norm_caps_the_step_length_in_the_metric(kind, solver):
     """With max_norm the direction is the uncapped one scaled to sqrt(x^H S x) = max_norm when
     it was longer (the reported step_norm is its length before, from NumPy's S), and the very

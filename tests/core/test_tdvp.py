@@ -196,6 +196,7 @@ def _product_state(model_name, n_sites):
 
 
 @pytest.mark.parametrize("model_name", ["rbm_complex", "amplitude_phase"])
+@pytest.mark.slow
 def test_rk4_evolution_of_a_product_state_is_exact(model_name):
     """H = -0.9 sum X - 0.4 sum Z keeps a product state a product state, which both models
     represent exactly: rk4 (dt 0.02) on the full-sum TDVP follows exp(-i H t) psi0 to its own

@@ -46,6 +46,7 @@ def test_chunked_evaluation_equals_unchunked():
                                log_derivatives(whole, state.params, sigma, "holomorphic"), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_chunked_run_equals_unchunked_run(tmp_path):
     layout = mesh.make_mesh("single")
     plain = app.execute(build(compose_config([*BASE, "n_iter=5"])), layout, tmp_path / "plain")
@@ -110,6 +111,7 @@ def test_chunked_cg_products_and_step_equal_unchunked_and_use_less_memory(name):
     np.testing.assert_allclose(metrics_c["energy"], metrics_w["energy"], rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_metrics_report_cg_work_only_for_cg():
     problem, state, _ = _cg_problem_and_samples(["model.alpha=1"])
     _, metrics = jax.jit(lambda s: vmc_step(problem, s))(state)
@@ -153,6 +155,7 @@ J1J2_CHAIN = ["hilbert=chain", "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian
 
 
 @pytest.mark.parametrize("chunk_size", [None, 14])
+@pytest.mark.slow
 def test_generic_local_energies_skip_zero_elements_and_match_dense(chunk_size):
     """A model without fast paths: E_loc of every Sz = 0 state equals (H psi)(s) / psi(s) of the
     dense J1-J2 matrix, while log psi is evaluated on the nonzero elements' configurations

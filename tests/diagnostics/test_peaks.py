@@ -83,6 +83,7 @@ def _dense_local_energy(experiment, log_psi_D, states_DxN, k):
     return (H @ psi)[row] / psi[row]
 
 
+@pytest.mark.slow
 def test_a_small_space_is_searched_whole_and_the_local_energy_there_is_the_dense_one():
     experiment, problem, params = _heisenberg_chain(8)
     states = all_states(experiment.hilbert)
@@ -103,6 +104,7 @@ def test_a_small_space_is_searched_whole_and_the_local_energy_there_is_the_dense
     assert same["log_ratio"] == 0.0 and same["log10_p_bound"] == 0.0 and same["local_energy"] is None
 
 
+@pytest.mark.slow
 def test_a_planted_peak_is_found_by_the_search_and_proves_the_samples_wrong():
     """An RBM whose one hidden unit is 6 x a target configuration: |psi| peaks on +-target, far
     above any of 2,048 uniform configurations (the 'samples'), in a space of 2.7e6 states."""
@@ -141,6 +143,7 @@ def test_a_planted_peak_is_found_by_the_search_and_proves_the_samples_wrong():
     assert [w["name"] for w in health.check({"peak_check": result}, [])] == ["unsampled_weight"]
 
 
+@pytest.mark.slow
 def test_a_run_reports_the_same_check_on_every_layout_and_none_when_asked_or_after_a_full_sum(tmp_path):
     overrides = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "n_iter=4", "final_rounds=1",
                  "exact=false"]

@@ -18,6 +18,7 @@ from tests.dense import basis_index, dense_ising
 
 
 @pytest.mark.parametrize("n_sites,h0,h1", [(8, 0.5, 1.0), (10, 2.0, 0.7)])
+@pytest.mark.slow
 def test_free_fermion_reference_is_the_exact_quench(tmp_path, monkeypatch, n_sites, h0, h1):
     """A quench of the periodic Ising chain from a ground-state run at h0 (only its config is read)
     to h1: past exact's size the reference comes from free fermions, and on a chain small enough

@@ -35,6 +35,7 @@ def _trained(overrides, backend):
     (["observables=spin"], "single"),
     (["observables=spin"], "sharded"),
 ])
+@pytest.mark.slow
 def test_the_final_estimate_samples_with_the_training_steps_program(overrides, backend, monkeypatch):
     experiment, layout, shardings, step, state = _trained(overrides, backend)
     traced = []  # the Metropolis sampler is traced once for every program that samples

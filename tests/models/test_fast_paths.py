@@ -70,6 +70,7 @@ def test_build_refuses_a_partial_declaration():
     assert info.value.key == "model" and "sampler_update" in info.value.message
 
 
+@pytest.mark.slow
 def test_subclass_with_other_parameters_gets_the_generic_path():
     """Inherited (hasattr) fast paths would give this subclass wrong local energies and
     log-derivatives; resolved ones fall back to full evaluations, which match dense H psi / psi."""

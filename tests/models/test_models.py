@@ -51,6 +51,7 @@ def test_shapes_and_dtypes(name, dtype):
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 @pytest.mark.parametrize("name", WITH_LOG_ABS)
+@pytest.mark.slow
 def test_log_abs_is_the_real_part(name, dtype):
     assert [n for n in MODELS if log_abs_method(MODELS[n](dtype)) == "log_abs"] == WITH_LOG_ABS
     model = MODELS[name](dtype)
@@ -183,6 +184,7 @@ def test_real_log_cosh_without_log1p_against_extended_precision(dtype):
 
 
 @pytest.mark.parametrize("m", [7, 36, 2 * LOG_PROD_BLOCK + 3])
+@pytest.mark.slow
 def test_sums_of_log_cosh_by_blocked_products(m):
     """The product forms equal the elementwise sums (imaginary part modulo 2 pi), stay finite
     for huge arguments, and differentiate to tanh."""
@@ -358,6 +360,7 @@ def test_log_psi_is_invariant_under_translations(name, dtype):
 
 
 @pytest.mark.parametrize("n_layers", [1, 2, 4, 8])
+@pytest.mark.slow
 def test_vit_starts_nearly_flat_at_any_depth(n_layers):
     """At its initial parameters the ViT's log|psi| varies little over random configurations,
     whatever its depth (the residual branches start at 1 / sqrt(2 n_layers)); at unit gain the
@@ -370,6 +373,7 @@ def test_vit_starts_nearly_flat_at_any_depth(n_layers):
     assert np.std(np.real(np.asarray(model.apply({"params": params}, sigma)))) < 0.5
 
 
+@pytest.mark.slow
 def test_vit_without_projection_is_invariant_only_under_whole_patches():
     lattice = hb.chain(6)
     model = ViT(patch_size=2, d_model=4, n_heads=1, hilbert=lattice)
@@ -382,6 +386,7 @@ def test_vit_without_projection_is_invariant_only_under_whole_patches():
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.slow
 def test_momentum_sector_phase(dtype):
     """psi_P(T_u s) = exp(i q . d_u) psi_P(s) with q = 2 pi m / L."""
     lattice, model, states, params = _lattice_model("vit_chain_projected_momentum", dtype)
@@ -596,6 +601,7 @@ def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, 
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.slow
 def test_the_cnn_convolves_by_the_form_its_batch_takes(dtype):
     """`models.cnn.conv_form`: with real parameters, up to WINDOW_BATCH configurations per call
     the stacked windows' product, more as one product with the layer's matrix on lattices of at

@@ -79,6 +79,7 @@ def test_energy_of_a_state_matches_dense(lattice, make_ham):
 
 @pytest.mark.parametrize("kind", ["ising", "heisenberg", "xxz", "pauli"])
 @pytest.mark.parametrize("lattice_name", ["triangular3_pbc", "honeycomb2_pbc", "kagome1x3_pbc", "chain5_obc", "graph5"])
+@pytest.mark.slow
 def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name, kind):
     from tests.physics.test_hamiltonians import SMALL_LATTICES, _hamiltonian_and_dense
 

@@ -3,6 +3,7 @@
 import importlib.util
 
 import numpy as np
+import pytest
 
 from tests.conftest import REPO, run_cli
 
@@ -22,6 +23,7 @@ def test_stripe_domains_are_the_whole_row_and_column_configurations_of_zero_sz()
         assert np.all(c == c[:1]) or np.all(c == c[:, :1])  # whole columns or whole rows
 
 
+@pytest.mark.slow
 def test_it_reports_a_saved_run(tmp_path, capsys):
     run_cli(["experiment=j1j2_square", "n_iter=2", "sampler.n_samples=64", "final_rounds=1", "exact=false",
              "observables=none", f"hydra.run.dir={tmp_path / 'run'}"], REPO, check=True)
