@@ -108,22 +108,6 @@ def test_max_norm_measures_the_step_in_s_with_a_relative_shift(solver):
     _close(capped, np.asarray(x) / 2, 1e-10)
 
 
-def test_a_relatively_shifted_sr_step_is_bitwise_the_same_on_every_layout():
-    """Dense SR's direction and its length are the same bits on 1, 2 and 4 devices under a mesh
-    (cg's and minSR's products with a dense test Jacobian are not, with or without diag_scale:
-    theirs in whole runs, tests/integration/test_parallel.py; their diag(S) is, below)."""
-    mode = "holomorphic"
-    Obar, eps = _centred_jacobian(3, 40, 16 * 24, "holomorphic")
-    p = precond.sr(diag_shift=1e-3, diag_scale=0.5, solver="cholesky", max_norm=0.1)
-    solve = lambda O, e: p.update(from_dense(O, mode)._replace(n_chains=16), e, mode, ())  # noqa: E731
-    x1, _, info1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=True)
-    assert float(info1["step_norm"]) > 0.1  # the cap binds
-    for n in (2, 4):
-        x, _, info = _on_devices(solve, n, Obar, eps, mesh_in_context=True)
-        np.testing.assert_array_equal(info["step_norm"], info1["step_norm"])
-        np.testing.assert_array_equal(x, x1)
-
-
 @pytest.mark.parametrize("kind", sorted(MINSR_MODES))
 def test_the_metric_diagonal_is_bitwise_the_same_on_every_layout(kind):
     """diag(S) from 3 chunks of 16 chains: NumPy's diag(A^H A), and the same bits on 1, 2 and 4

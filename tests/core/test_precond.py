@@ -359,12 +359,15 @@ def test_max_norm_caps_the_step_length_in_the_metric(kind, solver):
     np.testing.assert_array_equal(same, x)
 
 
-def test_a_capped_sr_step_is_bitwise_the_same_on_every_layout():
+@pytest.mark.parametrize("shifts", [{"diag_shift": 0.01}, {"diag_shift": 1e-3, "diag_scale": 0.5}],
+                         ids=["absolute", "relative"])
+def test_a_capped_sr_step_is_bitwise_the_same_on_every_layout(shifts):
     """SR's capped direction and its length (a dot product over parameters) are the same bits
-    on 1, 2 and 4 devices under a mesh (minSR's: tests/integration/test_parallel.py, in whole runs)."""
+    on 1, 2 and 4 devices under a mesh, with an absolute shift and with one relative to diag(S)
+    (cg's, minSR's: tests/integration/test_parallel.py and tests/core/test_diag_scale.py, in whole runs)."""
     mode = "holomorphic"
     Obar, eps = _centred_jacobian(3, 40, 16 * 24, "holomorphic")
-    p = precond.sr(diag_shift=0.01, solver="cholesky", max_norm=0.1)
+    p = precond.sr(**shifts, solver="cholesky", max_norm=0.1)
     solve = lambda O, e: p.update(from_dense(O, mode)._replace(n_chains=16), e, mode, ())  # noqa: E731
     x1, _, info1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=True)
     assert float(info1["step_norm"]) > 0.1  # the cap binds
