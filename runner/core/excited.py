@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from models import small_linalg
 from runner.core import local_energy
 from runner.physics.pauli import PauliSum
 
@@ -39,7 +40,7 @@ def local_matrix(ham: PauliSum, each_fn: Callable, params, x_KxN):
     L_KxK, E_KxK = L_KxK.T, E_KxK.T  # [state i, configuration j]
     r_K = jax.lax.stop_gradient(jnp.max(jnp.real(L_KxK), axis=-1))
     phi_KxK = jnp.exp(L_KxK - r_K[:, None])
-    n_KxK = jnp.linalg.solve(phi_KxK.T, (phi_KxK * E_KxK).T).T
+    n_KxK = small_linalg.solve(phi_KxK.T, (phi_KxK * E_KxK).T).T
     return n_KxK * jnp.exp(r_K[:, None] - r_K[None, :])
 
 
