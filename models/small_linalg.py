@@ -14,8 +14,8 @@ import jax.numpy as jnp
 
 
 def _pivot(A_xKxK, B_xKxR, j: int):
-    """Rows j and p swapped in A and B, p >= j the row of the largest |A[p, j]|; and whether p != j.
-    Rows are picked by selects, not gathers, so a partitioner keeps the batch axes as they are."""
+    """Rows j and p swapped in A and B (picked by selects), p >= j the row of the largest |A[p, j]|;
+    and whether p != j."""
     K = A_xKxK.shape[-1]
     rows_K = jnp.arange(K)
     below_xK = jnp.where(rows_K >= j, jnp.abs(jax.lax.stop_gradient(A_xKxK[..., :, j])), -1.0)
