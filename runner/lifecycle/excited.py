@@ -22,29 +22,63 @@ from runner.core.local_energy import map_over_samples
 from runner.core.sampler import sample
 from runner.core.stats import statistics
 from runner.core.wavefunction import apply_model
+from runner.diagnostics import sectors
 from runner.errors import ConfigError
 from runner.lifecycle import finish, loop, rundir
 from runner.lifecycle.load import Trained
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs.summary import Outcome, Timings, finite, relative_error, report, summarise, v_score
 from runner.parallel import distributed, mesh
-from runner.physics import spectrum
+from runner.physics import spectrum, symmetry
 from runner.physics.exact import wants_exact
 
 log = logging.getLogger(__name__)
 
 
-def exact_levels(experiment) -> list | None:
-    """The K lowest exact levels of the model's space (its sector, when the model projects onto one),
-    on process 0 where `exact` asks for them (auto: at most 2^20 states); None otherwise."""
+def measured_invariance(experiment, state):
+    """(rows of the space group under which each state's log psi is invariant, its spin-flip parity
+    or None), measured on the first state at `state`'s parameters over the chains' configurations
+    (`runner.diagnostics.sectors.measure`; a collective: every process calls it); None on a space
+    without a space group. What the model's weight sharing (or a projection) keeps it in, so the
+    exact levels it can reach are those of that space."""
+    hilbert = experiment.hilbert
+    if hilbert.space_group is None:
+        return None
+    group = symmetry.space_group(hilbert)
+    first = jax.jit(lambda p, s: _each_fn(experiment.problem.model)(p, s)[..., 0])
+    params = mesh.to_host(state.params)  # host copies: evaluated locally on every process alike
+    probes = mesh.to_host(state.chains.sigma_CxN).reshape(-1, hilbert.n_sites)
+    c_E, flip = sectors.measure(lambda s: first(params, jnp.asarray(s)), probes, group,
+                                bool(symmetry.parities(hilbert)))
+    rows = group.perm_ExN[[e for e, c in enumerate(c_E) if c is not None and abs(c - 1) <= sectors.EIGEN_RTOL]]
+    return rows, None if flip is None else round(flip.real)
+
+
+def exact_levels(experiment, invariance=None) -> list | None:
+    """The K lowest exact levels of the model's space: its sector, when the model projects onto
+    one; else the states with the model's measured `invariance` ((rows, parity) of
+    `measured_invariance`; None: the whole space). On process 0 where `exact` asks for them (auto:
+    at most 2^20 states); None otherwise."""
     settings = experiment.settings
     if not (wants_exact(settings.exact, experiment.hilbert) and distributed.is_main()):
         return None
     t = time.perf_counter()
-    found = spectrum.lowest_levels_in(experiment.hamiltonian, experiment.hilbert, settings.task.n_states,
-                                      experiment.sector)
-    log.info("exact lowest levels %s (computed in %.1f s)", ", ".join(f"{e:.10f}" for e in found),
+    n_states, where = settings.task.n_states, "the space"
+    if experiment.sector is not None:
+        found, where = spectrum.lowest_levels_in(experiment.hamiltonian, experiment.hilbert, n_states,
+                                                 experiment.sector), f"sector {experiment.sector.name}"
+    elif invariance is not None and (len(invariance[0]) > 1 or invariance[1] is not None):
+        rows, parity = invariance
+        found = spectrum.invariant_levels(experiment.hamiltonian, experiment.hilbert, n_states, rows, parity)
+        where = (f"the states invariant under the model's {len(np.unique(rows, axis=0))} symmetries"
+                 + ("" if parity is None else f", spin-flip parity {parity:+d}"))
+    else:
+        found = spectrum.lowest_levels_in(experiment.hamiltonian, experiment.hilbert, n_states)
+    log.info("exact lowest levels of %s: %s (computed in %.1f s)", where, ", ".join(f"{e:.10f}" for e in found),
              time.perf_counter() - t)
+    if len(found) < n_states:
+        log.warning("%s holds %d states, fewer than task.n_states=%d: the levels above them are not exact "
+                    "eigenvalues of this model's space", where, len(found), n_states)
     return found
 
 
@@ -146,7 +180,10 @@ def execute(experiment, layout, run_dir: Path, start_state, stop: StopRequest | 
 def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopRequest, tracking, started: float) -> dict:
     settings = experiment.settings
     state, shardings, n_params, start = start_state
-    exact = exact_levels(experiment)
+    exact = None
+    if wants_exact(settings.exact, experiment.hilbert):
+        invariance = None if experiment.sector is not None else measured_invariance(experiment, state)
+        exact = exact_levels(experiment, invariance)
     metrics_log = loop.MetricsLog(run_dir / rundir.METRICS, start, started=started)
     if tracking is not None:
         metrics_log.tracking = tracking.open(start)

@@ -164,6 +164,20 @@ def lowest_levels_in(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, sec
     return lowest_levels(sector_matrix(hamiltonian, hilbert, sector), n_levels)
 
 
+def invariant_levels(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, perm_HxN, parity: int | None = None) -> list:
+    """The `n_levels` lowest levels of H, ascending, on the states psi with psi(s[row]) = psi(s) for
+    every row of the site permutations `perm_HxN` (a group, which H must commute with) and, with
+    `parity` (+1 or -1), psi(-s) = parity psi(s): the space a model with that invariance spans.
+    Fewer levels where that space holds fewer states."""
+    perm_HxN = np.unique(np.asarray(perm_HxN, np.int32), axis=0)
+    flip = parity is not None
+    orbits = _orbits(basis_codes(hilbert), perm_HxN, hilbert.n_sites, flip)
+    chi_G = np.ones(len(perm_HxN), complex)
+    if flip:
+        chi_G = np.concatenate([chi_G, parity * chi_G])
+    return lowest_levels(_sector_matrix(_connections(hamiltonian, orbits, hilbert.n_sites), orbits, chi_G), n_levels)
+
+
 def commutes_with_flip(hamiltonian: PauliSum) -> bool:
     """Whether H commutes with the spin flip prod_i X_i: every string has an even number of Y and Z."""
     return all((ops.count("Y") + ops.count("Z")) % 2 == 0 for _, ops, _ in hamiltonian.terms)

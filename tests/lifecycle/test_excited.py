@@ -5,6 +5,7 @@ local matrices of exact eigenstates."""
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -196,3 +197,46 @@ def test_exact_levels_are_those_of_the_model_sector():
     dense = np.linalg.eigvalsh(pauli.to_sparse(hamiltonians.ising(space, h=H), hb.all_states(space)).toarray())
     assert exc.exact_levels(build(compose_config([*TINY, "hilbert.L=6"]))) == pytest.approx(dense[:K], abs=1e-10)
     assert exc.exact_levels(build(compose_config([*TINY, "exact=false"]))) is None
+
+
+def _invariant_levels_dense(space, ham, perms, n_levels):
+    """The lowest levels of H on the states invariant under the site permutations `perms`, from an
+    orthonormal basis of group-averaged basis vectors (dense)."""
+    states = hb.all_states(space)
+    index = {tuple(s): i for i, s in enumerate(states.tolist())}
+    average = np.zeros((len(states), len(states)))
+    for perm in perms:
+        average[[index[tuple(s)] for s in states[:, perm].tolist()], np.arange(len(states))] += 1 / len(perms)
+    u, sv, _ = np.linalg.svd(average)
+    basis = u[:, sv > 1e-9]
+    dense = pauli.to_sparse(ham, states).toarray()
+    return np.linalg.eigvalsh(basis.T @ dense @ basis)[:n_levels]
+
+
+def test_exact_levels_are_those_of_the_space_the_model_symmetry_spans():
+    """A model invariant by weight sharing (rbm_symm over the chain's space group, no sector) spans
+    only the invariant states: the exact levels are measured from it and are theirs, not the
+    space's (whose third level at h=2 lies at momentum pi, out of the model's reach)."""
+    from runner.core.vmc import init_state
+    from runner.physics import symmetry
+
+    n, k, h = 6, 3, 2.0
+    overrides = [o for o in TINY if not o.startswith(("hamiltonian.h", "task.n_states"))]
+    overrides += [f"hilbert.L={n}", f"hamiltonian.h={h}", f"task.n_states={k}"]
+    space = hb.chain(n)
+    ham = hamiltonians.ising(space, h=h)
+    dense = np.linalg.eigvalsh(pauli.to_sparse(ham, hb.all_states(space)).toarray())
+    for model, invariant in ((["model=rbm_symm", "model.group=lattice"], True), ([], False)):
+        experiment = build(compose_config([*overrides, *model]))
+        state = init_state(experiment.problem, 0, jnp.ones((k * n,), jnp.int8))
+        rows, parity = exc.measured_invariance(experiment, state)
+        assert parity is None  # the visible bias is odd under the flip
+        group = symmetry.space_group(experiment.hilbert)
+        if invariant:
+            assert {tuple(r) for r in rows.tolist()} == {tuple(r) for r in group.perm_ExN.tolist()}
+            want = _invariant_levels_dense(space, ham, group.perm_ExN, k)
+            assert want[2] > dense[2] + 1e-3  # the check means something: the space's levels differ
+        else:
+            assert len(rows) == 1  # a plain RBM: the identity alone
+            want = dense[:k]
+        assert exc.exact_levels(experiment, (rows, parity)) == pytest.approx(want, abs=1e-10)

@@ -185,3 +185,24 @@ def test_lowest_levels_in_a_sector_are_its_dense_levels(name):
         dense = np.linalg.eigvalsh(V.conj().T @ H @ V)[:3]
         np.testing.assert_allclose(spectrum.lowest_levels_in(ham, hilbert, 3, sector), dense, atol=1e-9)
         assert spectrum.sector_matrix(ham, hilbert, sector).shape[0] == V.shape[1]
+
+
+def test_invariant_levels_are_those_of_the_invariant_states_and_parity():
+    """`invariant_levels` against dense diagonalisation on the states invariant under a group of
+    site permutations (the chain's translations), with and without a spin-flip parity."""
+    space = hb.chain(6)
+    ham = hamiltonians.ising(space, h=2.0)
+    states = hb.all_states(space)
+    index = {tuple(s): i for i, s in enumerate(states.tolist())}
+    rows = np.asarray(space.translations)
+    dense = pauli.to_sparse(ham, states).toarray()
+    for parity in (None, 1, -1):
+        images = [(perm, 1) for perm in rows] + ([(perm, -1) for perm in rows] if parity else [])
+        average = np.zeros((len(states), len(states)))
+        for perm, sign in images:
+            moved = [index[tuple(s)] for s in (sign * states[:, perm]).tolist()]
+            average[moved, np.arange(len(states))] += (parity if sign < 0 else 1) / len(images)
+        u, sv, _ = np.linalg.svd(average)
+        basis = u[:, sv > 1e-9]
+        want = np.linalg.eigvalsh(basis.T @ dense @ basis)[:4]
+        assert spectrum.invariant_levels(ham, space, 4, rows, parity) == pytest.approx(want, abs=1e-10)
