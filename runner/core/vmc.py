@@ -38,6 +38,8 @@ from runner.core.wavefunction import (
     to_split,
 )
 
+NEGLIGIBLE_LOG = 20.0  # configurations with log |psi| this far below the largest are ~0 (|psi|^2 ratio < 5e-18)
+
 
 def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
     """Initial parameters (from the seed), optimizer state and chains."""
@@ -151,7 +153,7 @@ def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
     group_GxN = symmetry_group(sampler.hilbert, sampler.symmetry)
     N = sampler.hilbert.n_sites
     reps_KxN = sampler.sigma_CxTxN.reshape(-1, N)[: sampler.n_configurations]
-    reps_KxN = reps_KxN[np.linspace(0, len(reps_KxN) - 1, min(8, len(reps_KxN))).astype(int)]
+    reps_KxN = reps_KxN[np.linspace(0, len(reps_KxN) - 1, min(32, len(reps_KxN))).astype(int)]
     images_KxGxN = jnp.asarray(reps_KxN[:, group_GxN])
 
     @jax.jit
@@ -159,9 +161,14 @@ def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
         log_abs_KxG = jnp.real(problem.logpsi(params, images_KxGxN))
         O_KxGxP = log_derivatives(dataclasses.replace(problem, chunk_size=None), params, images_KxGxN,
                                   gradient_mode(params, problem.model))
-        abs_off = jnp.max(jnp.abs(log_abs_KxG - log_abs_KxG[:, :1]) / (1.0 + jnp.abs(log_abs_KxG[:, :1])))
-        O_off = jnp.max(jnp.abs(O_KxGxP - O_KxGxP[:, :1])) / (1.0 + jnp.max(jnp.abs(O_KxGxP)))
-        return abs_off, O_off
+        # a sector's projection vanishes on some orbits (psi = 0 there, weight 0 in the sum): those
+        # representatives, and ones with |psi| at rounding level, say nothing of the invariance
+        ref_K = log_abs_KxG[:, 0]
+        kept_K = jnp.isfinite(ref_K) & (ref_K > jnp.max(jnp.where(jnp.isfinite(ref_K), ref_K, -jnp.inf)) - NEGLIGIBLE_LOG)
+        abs_K = jnp.max(jnp.abs(log_abs_KxG - ref_K[:, None]) / (1.0 + jnp.abs(ref_K[:, None])), axis=1)
+        O_K = jnp.max(jnp.abs(O_KxGxP - O_KxGxP[:, :1]), axis=(1, 2))
+        O_scale = jnp.max(jnp.where(kept_K[:, None, None], jnp.abs(O_KxGxP), 0.0))
+        return jnp.max(jnp.where(kept_K, abs_K, 0.0)), jnp.max(jnp.where(kept_K, O_K, 0.0)) / (1.0 + O_scale)
 
     for params in params_list:
         abs_off, O_off = deviations(params)

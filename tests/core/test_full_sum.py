@@ -117,6 +117,31 @@ def test_the_sum_over_orbits_equals_the_sum_over_all_configurations(lattice, sym
     np.testing.assert_allclose(out[symmetry][1].mean, exact.energy_of(ham, lattice, psi), rtol=1e-12)
 
 
+@pytest.mark.slow
+def test_an_orbit_sum_over_a_sector_with_vanishing_orbits_is_the_whole_sum():
+    """A projection onto a sector odd under the reflection is exactly zero on the reflection-symmetric
+    configurations: the invariance check passes over them, and the sum over translation orbits
+    still equals the sum over every configuration and the dense energy."""
+    lattice = hb.chain(8, total_sz=0)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    model = RBMSymm(alpha=2, group="translations", param_dtype=jnp.complex128, hilbert=lattice,
+                    sector={"momentum": [0], "irrep": "A''", "parity": -1})
+    params = model.init(jax.random.PRNGKey(3), jnp.ones(lattice.n_sites, jnp.int8))["params"]
+    states = jnp.asarray(hb.all_states(lattice))
+    log_psi = np.asarray(model.apply({"params": params}, states))
+    assert np.sum(np.exp(log_psi.real) < 1e-12) > 0  # some configurations vanish by symmetry
+    out = {}
+    for sym in ("translations", "none"):
+        problem = Problem(ham, model, smp.full_sum(lattice, n_chains=4, symmetry=sym), optax.sgd(0.1),
+                          PRECONDITIONERS["sr"])
+        assert full_sum_invariance_error(problem, [params]) is None
+        out[sym] = _update(problem, params)
+    psi = np.exp(log_psi)  # the projection's cancellation leaves |psi| ~ 1e-11 of the largest, not 0
+    np.testing.assert_allclose(out["translations"][0].mean, exact.energy_of(ham, lattice, psi), rtol=1e-9)
+    np.testing.assert_allclose(out["none"][0].mean, out["translations"][0].mean, rtol=1e-9)
+    np.testing.assert_allclose(out["translations"][1], out["none"][1], rtol=1e-8, atol=1e-10)
+
+
 def test_orbits_cover_the_space_once():
     lattice = hb.square(4, total_sz=0)
     states = hb.all_states(lattice)
