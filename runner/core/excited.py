@@ -19,24 +19,29 @@ from runner.core import local_energy
 from runner.physics.pauli import PauliSum
 
 
-def state_local_energies(ham: PauliSum, each_fn: Callable, params, sigma_N):
+def state_local_energies(ham: PauliSum, each_fn: Callable, params, sigma_N, conserve_sz: bool = False):
     """(log psi_i(sigma) [K], E_loc of every state at sigma [K]), with `each_fn(params, sigma_xN)`
     giving log psi of the K states [..., K]: one evaluation of the K states per connected
-    configuration."""
+    configuration. With `conserve_sz` (a space of fixed total Sz), elements to configurations of
+    another Sz are dropped: the states are not defined there."""
     sigmap_CxN, mel_C, diag = local_energy.connected(ham, sigma_N)
     l_K = each_fn(params, sigma_N)
     if ham.n_connected == 0:
         return l_K, jnp.broadcast_to(diag, l_K.shape).astype(jnp.result_type(diag, l_K))
+    if conserve_sz:
+        same_C = jnp.sum(sigmap_CxN.astype(jnp.int32), axis=-1) == jnp.sum(sigma_N.astype(jnp.int32))
+        mel_C = jnp.where(same_C, mel_C, jnp.zeros_like(mel_C))
     ratio_KxC = jnp.exp(each_fn(params, sigmap_CxN) - l_K[None, :]).T
     return l_K, local_energy.sum_elements(diag, mel_C[None, :], ratio_KxC)
 
 
-def local_matrix(ham: PauliSum, each_fn: Callable, params, x_KxN):
-    """M(x) = (H Psi) Psi^-1 [K, K] at the K configurations x [K, N] of one sample.
+def local_matrix(ham: PauliSum, each_fn: Callable, params, x_KxN, conserve_sz: bool = False):
+    """M(x) = (H Psi) Psi^-1 [K, K] at the K configurations x [K, N] of one sample (`conserve_sz`:
+    as in `state_local_energies`).
 
     Psi is scaled row by row (state by state) before it is inverted: M_ik = e^(r_i - r_k) N_ik
     with N the matrix of the scaled rows, r_i the largest log |psi_i(x_j)| over j."""
-    L_KxK, E_KxK = jax.vmap(lambda s: state_local_energies(ham, each_fn, params, s))(x_KxN)
+    L_KxK, E_KxK = jax.vmap(lambda s: state_local_energies(ham, each_fn, params, s, conserve_sz))(x_KxN)
     L_KxK, E_KxK = L_KxK.T, E_KxK.T  # [state i, configuration j]
     r_K = jax.lax.stop_gradient(jnp.max(jnp.real(L_KxK), axis=-1))
     phi_KxK = jnp.exp(L_KxK - r_K[:, None])
@@ -44,10 +49,10 @@ def local_matrix(ham: PauliSum, each_fn: Callable, params, x_KxN):
     return n_KxK * jnp.exp(r_K[:, None] - r_K[None, :])
 
 
-def local_matrices(ham: PauliSum, each_fn: Callable, params, sigma_CxTxM, n_states: int):
-    """M(x) [C, T, K, K] of every sample (each of K N sites)."""
+def local_matrices(ham: PauliSum, each_fn: Callable, params, sigma_CxTxM, n_states: int, conserve_sz: bool = False):
+    """M(x) [C, T, K, K] of every sample (each of K N sites; `conserve_sz` as in `state_local_energies`)."""
     x_CxTxKxN = sigma_CxTxM.reshape(*sigma_CxTxM.shape[:-1], n_states, -1)
-    one = lambda x: local_matrix(ham, each_fn, params, x)  # noqa: E731
+    one = lambda x: local_matrix(ham, each_fn, params, x, conserve_sz)  # noqa: E731
     return jax.vmap(jax.vmap(one))(x_CxTxKxN)
 
 

@@ -95,9 +95,12 @@ def final_matrices(experiment, state, n_rounds: int, sweeps: int):
     state = burn_in(problem, state, sweeps)
     operators = (experiment.hamiltonian, *observed_operators(experiment.observables))
 
-    def matrices(sigma_CxTxM):  # of H, then of each observable
-        return tuple(excited.local_matrices(op, _each_fn(problem.model), state.params, sigma_CxTxM, n_states)
-                     for op in operators)
+    in_sector = experiment.observables is not None and experiment.observables.sector
+
+    def matrices(sigma_CxTxM):  # of H, then of each observable (dropping moves out of a fixed Sz, as H has none)
+        return tuple(excited.local_matrices(op, _each_fn(problem.model), state.params, sigma_CxTxM, n_states,
+                                            conserve_sz=in_sector and k > 0)
+                     for k, op in enumerate(operators))
 
     def one_round(chains, _):
         chains, sigma_CxTxM, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)

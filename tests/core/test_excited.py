@@ -243,3 +243,35 @@ def test_state_expectations_are_those_of_the_ritz_states_in_the_span():
     np.testing.assert_allclose(excited.levels(m, w[None, :], exact=True).energies, energies, atol=1e-9)
     _, halves = excited.state_expectations(m.reshape(2, -1, K, K), o.reshape(2, -1, K, K), w.reshape(2, -1))
     assert np.all(halves > 0)
+
+
+def test_state_expectations_in_an_sz_sector_drop_moves_out_of_it():
+    """In a space of fixed Sz (4-site Heisenberg chain, Sz = 0), an operator whose terms leave the
+    sector (X X on a bond) is measured in each state as its projection P O P on the sector: with
+    `conserve_sz` the Ritz states' values, whatever the states hold outside the sector; without it,
+    something else (the states' values there enter)."""
+    import scipy.linalg
+
+    n, K = 4, 2
+    space = hb.chain(n, total_sz=0)
+    ham = hamiltonians.heisenberg(space)
+    full = hb.all_states(hb.chain(n))
+    inside = np.flatnonzero(full.sum(axis=1) == 0)
+    op = pauli.pauli_sum(n, [(1.0, "XX", (0, 1)), (0.5, "Z", (2,))])
+    dense, dense_op = (pauli.to_sparse(o, full).toarray()[np.ix_(inside, inside)] for o in (ham, op))
+    rng = np.random.default_rng(3)
+    vectors = 10 * (rng.normal(size=(K, len(full))) + 1j * rng.normal(size=(K, len(full))))  # outside: large
+    vectors[:, inside] = rng.normal(size=(K, len(inside))) + 1j * rng.normal(size=(K, len(inside)))
+    model, params = _determinant_of(vectors, n)
+    pairs = np.array([(a, b) for a in inside for b in inside if a != b])
+    x = jnp.asarray(full[pairs].reshape(1, len(pairs), -1), jnp.int8)
+    w = np.abs(np.linalg.det(np.moveaxis(vectors[:, pairs], 0, 1))) ** 2
+    m = np.asarray(excited.local_matrices(ham, _each(model), params, x, K))
+    basis = vectors[:, inside].T
+    _, c = scipy.linalg.eigh(basis.conj().T @ dense @ basis, basis.conj().T @ basis)
+    expected = [(c[:, k].conj() @ basis.conj().T @ dense_op @ basis @ c[:, k]).real
+                / (c[:, k].conj() @ basis.conj().T @ basis @ c[:, k]).real for k in range(K)]
+    kept = np.asarray(excited.local_matrices(op, _each(model), params, x, K, conserve_sz=True))
+    np.testing.assert_allclose(excited.state_expectations(m, kept, w[None, :])[0], expected, rtol=1e-9, atol=1e-12)
+    leaked = np.asarray(excited.local_matrices(op, _each(model), params, x, K))
+    assert not np.allclose(excited.state_expectations(m, leaked, w[None, :])[0], expected, atol=1e-3)
