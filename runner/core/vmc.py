@@ -37,8 +37,8 @@ from runner.core.wavefunction import (
     gradient_mode,
     to_split,
 )
+from runner.physics.symmetry import SYMMETRY_ZERO_LOG
 
-NEGLIGIBLE_LOG = 20.0  # configurations with log |psi| this far below the largest are ~0 (|psi|^2 ratio < 5e-18)
 
 
 def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
@@ -164,7 +164,7 @@ def full_sum_invariance_error(problem: Problem, params_list) -> str | None:
         # a sector's projection vanishes on some orbits (psi = 0 there, weight 0 in the sum): those
         # representatives, and ones with |psi| at rounding level, say nothing of the invariance
         ref_K = log_abs_KxG[:, 0]
-        kept_K = jnp.isfinite(ref_K) & (ref_K > jnp.max(jnp.where(jnp.isfinite(ref_K), ref_K, -jnp.inf)) - NEGLIGIBLE_LOG)
+        kept_K = jnp.isfinite(ref_K) & (ref_K > jnp.max(jnp.where(jnp.isfinite(ref_K), ref_K, -jnp.inf)) - SYMMETRY_ZERO_LOG)
         abs_K = jnp.max(jnp.abs(log_abs_KxG - ref_K[:, None]) / (1.0 + jnp.abs(ref_K[:, None])), axis=1)
         O_K = jnp.max(jnp.abs(O_KxGxP - O_KxGxP[:, :1]), axis=(1, 2))
         O_scale = jnp.max(jnp.where(kept_K[:, None, None], jnp.abs(O_KxGxP), 0.0))

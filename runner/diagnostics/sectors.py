@@ -12,7 +12,6 @@ from runner.physics import symmetry
 from runner.physics.spectrum import Spectrum
 
 EIGEN_RTOL = 1e-6  # psi(g s) / psi(s) the same to this over every probe: psi is an eigenfunction of g
-PROBE_WINDOW = 20.0  # probes with log |psi| this far below the largest are left out (~0 by symmetry)
 
 
 def eigenvalues(log_psi_S, log_psi_SxE, rtol: float = EIGEN_RTOL) -> list:
@@ -25,7 +24,7 @@ def eigenvalues(log_psi_S, log_psi_SxE, rtol: float = EIGEN_RTOL) -> list:
     """
     log_psi_S, log_psi_SxE = np.asarray(log_psi_S, complex), np.asarray(log_psi_SxE, complex)
     keep = np.isfinite(log_psi_S) & (log_psi_S.real > np.max(log_psi_S.real[np.isfinite(log_psi_S)],
-                                                                initial=-np.inf) - PROBE_WINDOW)
+                                                                initial=-np.inf) - symmetry.SYMMETRY_ZERO_LOG)
     if not np.any(keep):
         return [None] * log_psi_SxE.shape[1]
     with np.errstate(all="ignore"):

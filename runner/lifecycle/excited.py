@@ -24,7 +24,7 @@ from runner.core.stats import statistics
 from runner.core.wavefunction import apply_model
 from runner.diagnostics import sectors
 from runner.errors import ConfigError
-from runner.lifecycle import finish, loop, rundir
+from runner.lifecycle import finish, loop, rundir, sector_check
 from runner.lifecycle.load import Trained
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs.summary import Outcome, Timings, finite, relative_error, report, summarise, v_score
@@ -38,18 +38,19 @@ log = logging.getLogger(__name__)
 def measured_invariance(experiment, state):
     """(rows of the space group under which each state's log psi is invariant, its spin-flip parity
     or None), measured on the first state at `state`'s parameters over the chains' configurations
-    (`runner.diagnostics.sectors.measure`; a collective: every process calls it); None on a space
-    without a space group. What the model's weight sharing (or a projection) keeps it in, so the
-    exact levels it can reach are those of that space."""
+    (`runner.lifecycle.sector_check.measured_eigenvalues`; a collective); None on a space without a
+    space group. What the model's weight sharing (or a projection) keeps it in, so the exact levels
+    it can reach are those of that space."""
     hilbert = experiment.hilbert
     if hilbert.space_group is None:
         return None
     group = symmetry.space_group(hilbert)
-    first = jax.jit(lambda p, s: _each_fn(experiment.problem.model)(p, s)[..., 0])
-    params = mesh.to_host(state.params)  # host copies: evaluated locally on every process alike
-    probes = mesh.to_host(state.chains.sigma_CxN).reshape(-1, hilbert.n_sites)
-    c_E, flip = sectors.measure(lambda s: first(params, jnp.asarray(s)), probes, group,
-                                bool(symmetry.parities(hilbert)))
+    each = _each_fn(experiment.problem.model)
+
+    def first(params, sigma):
+        return each(params, sigma)[..., 0]
+
+    c_E, flip = sector_check.measured_eigenvalues(experiment, state, group, first)
     rows = group.perm_ExN[[e for e, c in enumerate(c_E) if c is not None and abs(c - 1) <= sectors.EIGEN_RTOL]]
     return rows, None if flip is None else round(flip.real)
 

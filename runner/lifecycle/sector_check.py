@@ -37,12 +37,15 @@ def exact_spectrum(experiment):
     return result, spectrum.ground_sector(experiment.hamiltonian, hilbert, result)
 
 
-def measured_eigenvalues(experiment, state, group: symmetry.SpaceGroup):
-    """`runner.diagnostics.sectors.measure` on the chains' configurations at `state`'s parameters."""
-    log_psi = jax.jit(experiment.problem.logpsi)
+def measured_eigenvalues(experiment, state, group: symmetry.SpaceGroup, log_psi=None):
+    """`runner.diagnostics.sectors.measure` of `log_psi` ((params, [..., N] spins) -> log psi; None:
+    the model's) on the chains' configurations at `state`'s parameters, each chain's configuration
+    cut into N-site ones (task=excited's chains hold K copies). A collective: every process calls it."""
+    log_psi = jax.jit(experiment.problem.logpsi if log_psi is None else log_psi)
     params = mesh.to_host(state.params)  # host copies: evaluated locally on every process alike
-    return sectors.measure(lambda s: log_psi(params, jnp.asarray(s)),
-                           mesh.to_host(state.chains.sigma_CxN), group, bool(symmetry.parities(experiment.hilbert)))
+    probes = mesh.to_host(state.chains.sigma_CxN).reshape(-1, experiment.hilbert.n_sites)
+    return sectors.measure(lambda s: log_psi(params, jnp.asarray(s)), probes, group,
+                           bool(symmetry.parities(experiment.hilbert)))
 
 
 def fields(experiment, state, found, exact_energy) -> dict:
