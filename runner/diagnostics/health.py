@@ -16,6 +16,9 @@ V_SCORE_FLOOR = 1e-4  # variances below N * var / E^2 = this count as converged 
 RELATIVE_ERROR_MAX = 1e-1
 ESS_LOW = 0.1  # effective sample fraction of importance-weighted training samples (sampler.machine_pow)
 COLLAPSE_STEPS = 20  # training stops when each of this many consecutive steps shows the same collapse
+DRIFT_SIGMAS = 5.0  # real-time evolution: an energy this many combined error bars from its value at t = 0 ...
+DRIFT_RELATIVE = 1e-3  # ... and this fraction of |E(0)| from it (a full sum has no error bars) is not conserved
+RESIDUAL_HIGH = 0.03  # TDVP residual r^2 above which the ansatz does not follow the state (docs/diagnostics.md)
 
 
 def _last(records, key):
@@ -200,6 +203,47 @@ def check_peaks(peak_check: dict | None):
             f"e^{peak_check['log_n_states']:.1f} configurations at or below the samples' largest |psi|^2 weigh less "
             f"than it, so a sample of |psi|^2 lands among them with probability at most "
             f"10^{peak_check['log10_p_bound']:.0f}; the samples are not from |psi|^2 and the sampled energy is wrong")
+
+
+def check_energy_drift(records: list[dict], real_time: bool):
+    """A real-time evolution whose energy left its value at t = 0 by more than DRIFT_SIGMAS combined
+    error bars and DRIFT_RELATIVE of |E(0)|: the Hamiltonian conserves it and so does the exact
+    TDVP, so the integration went unstable (or the solve dropped what mattered) there."""
+    if not real_time or not records or records[0].get("energy") is None:
+        return None
+    e0, bar0 = records[0]["energy"], records[0].get("energy_error") or 0.0
+    for record in records[1:]:
+        energy, bar = record.get("energy"), record.get("energy_error") or 0.0
+        if energy is not None and abs(energy - e0) > DRIFT_SIGMAS * (bar**2 + bar0**2) ** 0.5 + DRIFT_RELATIVE * abs(e0):
+            return ("energy_drift",
+                    f"the energy moved from {e0:.8g} at t = {records[0]['t']:.6g} to {energy:.8g} at t = "
+                    f"{record['t']:.6g}, more than {DRIFT_SIGMAS:g} error bars and {DRIFT_RELATIVE:g} of |E(0)|; "
+                    "real-time evolution conserves it: the trajectory from there on is not the dynamics")
+    return None
+
+
+def check_residual(records: list[dict]):
+    """A TDVP residual r^2 above RESIDUAL_HIGH at some saved time: the model's tangent space misses a
+    sizeable part of the exact motion there, and the error it makes accumulates from then on."""
+    high = [r for r in records if r.get("residual") is not None and r["residual"] > RESIDUAL_HIGH]
+    if not high:
+        return None
+    worst = max(high, key=lambda r: r["residual"])
+    return ("tdvp_residual",
+            f"the TDVP residual r^2 passed {RESIDUAL_HIGH:g} at t = {high[0]['t']:.6g} (largest {worst['residual']:.2g} "
+            f"at t = {worst['t']:.6g}): the model cannot follow the state there, and observables from then on may be "
+            "off by more than their error bars")
+
+
+def check_dynamics(records: list[dict], *, real_time: bool, metropolis: bool = True) -> list[dict]:
+    """Every health warning of a time evolution from trajectory.jsonl's `records` (`t`, `energy`,
+    `energy_error`, `residual`, `acceptance`), as `check` gives them."""
+    found = [
+        check_acceptance(_last(records, "acceptance"), metropolis),
+        check_energy_drift(records, real_time),
+        check_residual(records),
+    ]
+    return [{"name": name, "message": message} for name, message in filter(None, found)]
 
 
 def check(summary: dict, records: list[dict], *, metropolis: bool = True,

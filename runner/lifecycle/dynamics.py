@@ -22,6 +22,7 @@ from runner.core.full_sum import FullSumSampler
 from runner.core.problem import draw, sums_exactly
 from runner.core.sampler import init_chains, random_state
 from runner.core.tdvp import DynamicsState, parameter_derivative, start, time_derivative
+from runner.diagnostics import health
 from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, loop, rundir, warm_start
 from runner.lifecycle.dynamics_exact import exact_trajectory, max_abs_errors
@@ -274,7 +275,12 @@ def _summary(experiment, status, reason, state, records, *, errors, seconds: dic
         summary.update({k: v for k, v in records[-1].items() if k.startswith(("energy", "obs/", "residual"))})
     if errors is not None:
         summary["max_abs_error"] = errors
-    return fingerprint.stamp(summary, experiment.settings.fingerprint)
+    fingerprint.stamp(summary, experiment.settings.fingerprint)
+    summary["warnings"] = []  # judged on completed runs only, as a ground-state run's
+    if status == "completed":
+        summary["warnings"] = health.check_dynamics(records, real_time=task.real_time,
+                                                    metropolis=health.metropolis(experiment.problem.sampler))
+    return summary
 
 
 def execute(experiment, layout, run_dir: Path, resuming: bool, stop: StopRequest | None = None, *, tracking=None,
@@ -319,6 +325,8 @@ def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopReq
         if tracking is not None:
             tracking.close(result)
     log.info("dynamics %s at t = %s; max |error| against exact: %s", status, result["t_reached"], errors)
+    for warning in result["warnings"]:
+        log.warning("health warning [%s]: %s", warning["name"], warning["message"])
     if status in ("preempted", "interrupted"):
         stop.hand_over()
         sys.exit(exit_status(status))

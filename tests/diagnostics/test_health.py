@@ -154,3 +154,46 @@ def test_a_run_leaving_the_eigenstate_it_started_in_is_not_a_collapse():
     assert health.check_collapse(records, n_sites=12, metropolis=True) is None
     flat = [{**r, "energy": 24.0} for r in records]
     assert health.check_collapse(flat, n_sites=12, metropolis=True).startswith("collapsed: the variance")
+
+
+def trajectory(energies, errors=0.0, residuals=0.001, acceptance=0.5):
+    """trajectory.jsonl records at t = 0, 0.1, ...; scalars repeat."""
+    n = len(energies)
+    errors = errors if isinstance(errors, list) else [errors] * n
+    residuals = residuals if isinstance(residuals, list) else [residuals] * n
+    return [{"t": 0.1 * i, "energy": e, "energy_error": s, "residual": r, "acceptance": acceptance}
+            for i, (e, s, r) in enumerate(zip(energies, errors, residuals))]
+
+
+def test_a_healthy_time_evolution_has_no_warning():
+    """The sampled 1-D quench's numbers: E within 0.07 of its start, error bars 0.03, r^2 below 0.03."""
+    recs = trajectory([-47.7149, -47.69, -47.76, -47.66], errors=0.03, residuals=[3e-4, 1e-2, 2e-2, 2.9e-2])
+    assert health.check_dynamics(recs, real_time=True) == []
+
+
+def test_energy_not_conserved_in_real_time():
+    """The full-sum CNN quench on 12 sites (rcond 1e-6): E held to 1e-7 until t = 0.35, then -14.57 at
+    t = 0.7 and +3.77 at t = 1.15; the first record past both margins is named."""
+    recs = trajectory([-14.28369062, -14.28369066, -14.2837, -14.57065486, 3.77311687])
+    got = health.check_dynamics(recs, real_time=True, metropolis=False)
+    assert [w["name"] for w in got] == ["energy_drift"]
+    assert "-14.570655 at t = 0.3" in got[0]["message"]
+    # within 5 error bars, or within 1e-3 of |E(0)|, or in imaginary time (E falls): no warning
+    assert health.check_energy_drift(trajectory([-10.0, -10.4], errors=0.1), real_time=True) is None
+    assert health.check_energy_drift(trajectory([-10.0, -10.009]), real_time=True) is None
+    assert health.check_energy_drift(trajectory([-10.0, -14.0]), real_time=False) is None
+
+
+def test_a_residual_the_model_cannot_follow():
+    """The 12-site quench with the symmetric RBM (alpha 2, summed exactly): r^2 passes 0.03 at
+    t = 0.95, where the error in <X> starts to grow past 2e-3."""
+    recs = trajectory([-14.3] * 4, residuals=[3.6e-4, 2.2e-2, 3.8e-2, 8.9e-2])
+    got = health.check_dynamics(recs, real_time=True)
+    assert [w["name"] for w in got] == ["tdvp_residual"]
+    assert "passed 0.03 at t = 0.2 (largest 0.089 at t = 0.3" in got[0]["message"]
+
+
+def test_time_evolution_acceptance_is_the_last_record_s():
+    recs = trajectory([-1.0, -1.0], acceptance=0.001)
+    assert [w["name"] for w in health.check_dynamics(recs, real_time=True)] == ["acceptance"]
+    assert health.check_dynamics(recs, real_time=True, metropolis=False) == []

@@ -19,6 +19,7 @@ from runner.config.task import read
 from runner.core import precond
 from runner.core import sampler as smp
 from runner.core.problem import Problem
+from runner.diagnostics import health
 from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, load, preemption
 from runner.lifecycle import dynamics as dyn
@@ -107,6 +108,8 @@ def test_quench_follows_exact_dynamics(tmp_path):
     assert records[0]["residual"] == 0.0 and 0 < records[-1]["residual"] < 0.1
     assert summary["task"] == "dynamics" and summary["status"] == "completed" and summary["t_reached"] == 0.5
     assert summary["max_abs_error"]["obs/mx"] < 1e-3 and summary["max_abs_error"]["energy"] < 1e-6
+    assert summary["warnings"] == health.check_dynamics(records, real_time=True, metropolis=False)
+    assert "energy_drift" not in [w["name"] for w in summary["warnings"]]
     exact = json.loads((tmp_path / "exact_trajectory.json").read_text())
     np.testing.assert_allclose(exact["obs/mx"], mx, atol=1e-10)
     np.testing.assert_allclose(exact["obs/yz"], yz, atol=1e-10)
