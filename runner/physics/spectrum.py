@@ -23,7 +23,7 @@ from scipy.sparse.linalg import eigsh
 
 from runner.physics import exact
 from runner.physics.hilbert import Hilbert, codes_to_states
-from runner.physics.pauli import PauliSum, elements_np, not_invariant_under
+from runner.physics.pauli import PauliSum, elements_np, not_invariant_under, to_sparse
 from runner.physics.symmetry import (
     Sector,
     SpaceGroup,
@@ -136,6 +136,12 @@ def sector_basis(hilbert: Hilbert, sector: Sector, group: SpaceGroup | None = No
     flip = sector.parity is not None
     elements, chi_G = _full_characters(group, sector, flip)
     orbits = _orbits(basis_codes(hilbert), group.perm_ExN[elements], hilbert.n_sites, flip)
+    return _basis(orbits, chi_G)
+
+
+def _basis(orbits: _Orbits, chi_G):
+    """The orthonormal basis of the orbits' states with characters chi_G, sparse [D, d] on
+    `orbits.codes_D` (columns in the order of their representatives' codes)."""
     kept, size = _kept(orbits, chi_G)
     new = np.cumsum(kept) - 1
     rows = np.nonzero(kept[orbits.rep_D])[0]
@@ -165,17 +171,23 @@ def lowest_levels_in(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, sec
 
 
 def invariant_levels(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, perm_HxN, parity: int | None = None) -> list:
-    """The `n_levels` lowest levels of H, ascending, on the states psi with psi(s[row]) = psi(s) for
-    every row of the site permutations `perm_HxN` (a group, which H must commute with) and, with
-    `parity` (+1 or -1), psi(-s) = parity psi(s): the space a model with that invariance spans.
-    Fewer levels where that space holds fewer states."""
+    """The `n_levels` lowest levels of P H P, ascending, on the states psi with psi(s[row]) = psi(s)
+    for every row of the site permutations `perm_HxN` (a group) and, with `parity` (+1 or -1),
+    psi(-s) = parity psi(s): the space a model with that invariance spans, P its projector. They
+    bound what K orthogonal states of that space reach (Courant-Fischer); where H commutes with the
+    rows (and the flip) they are H's own levels there. Fewer levels where the space holds fewer."""
     perm_HxN = np.unique(np.asarray(perm_HxN, np.int32), axis=0)
     flip = parity is not None
     orbits = _orbits(basis_codes(hilbert), perm_HxN, hilbert.n_sites, flip)
     chi_G = np.ones(len(perm_HxN), complex)
     if flip:
         chi_G = np.concatenate([chi_G, parity * chi_G])
-    return lowest_levels(_sector_matrix(_connections(hamiltonian, orbits, hilbert.n_sites), orbits, chi_G), n_levels)
+    if not_invariant_under(hamiltonian, perm_HxN) is None and (not flip or commutes_with_flip(hamiltonian)):
+        return lowest_levels(_sector_matrix(_connections(hamiltonian, orbits, hilbert.n_sites), orbits, chi_G), n_levels)
+    # H without that symmetry: a representative's row is not the orbit's; project the full matrix
+    basis = _basis(orbits, chi_G)
+    matrix = basis.conj().T @ to_sparse(hamiltonian, codes_to_states(orbits.codes_D, hilbert.n_sites)) @ basis
+    return lowest_levels(sp.csr_matrix(matrix), n_levels)
 
 
 def commutes_with_flip(hamiltonian: PauliSum) -> bool:

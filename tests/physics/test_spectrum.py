@@ -187,11 +187,16 @@ def test_lowest_levels_in_a_sector_are_its_dense_levels(name):
         assert spectrum.sector_matrix(ham, hilbert, sector).shape[0] == V.shape[1]
 
 
-def test_invariant_levels_are_those_of_the_invariant_states_and_parity():
-    """`invariant_levels` against dense diagonalisation on the states invariant under a group of
-    site permutations (the chain's translations), with and without a spin-flip parity."""
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric_h", "h_without_the_symmetry"])
+def test_invariant_levels_are_those_of_the_invariant_states_and_parity(symmetric):
+    """`invariant_levels` against dense diagonalisation of P H P on the states invariant under a
+    group of site permutations (the chain's translations), with and without a spin-flip parity; also
+    for an H that lacks the symmetry (a field Z + X on site 0 added), where P H P is not H's
+    restriction and a representative's row does not give it."""
     space = hb.chain(6)
     ham = hamiltonians.ising(space, h=2.0)
+    if not symmetric:
+        ham = pauli.pauli_sum(6, [*((c, ops, sites) for c, ops, sites in ham.terms), (0.7, "Z", (0,)), (0.4, "X", (0,))])
     states = hb.all_states(space)
     index = {tuple(s): i for i, s in enumerate(states.tolist())}
     rows = np.asarray(space.translations)
