@@ -40,7 +40,6 @@ from runner.core.wavefunction import (
 from runner.physics.symmetry import SYMMETRY_ZERO_LOG
 
 
-
 def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
     """Initial parameters (from the seed), optimizer state and chains."""
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)

@@ -28,7 +28,7 @@ from runner.lifecycle import checkpoint, loop, rundir, warm_start
 from runner.lifecycle.dynamics_exact import exact_trajectory, max_abs_errors
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import trajectory_plot
-from runner.outputs.summary import finite, layout_fields
+from runner.outputs.summary import finite, layout_fields, log_warnings
 from runner.parallel import distributed, mesh
 from runner.physics.observables import ERROR_PREFIX, PREFIX
 
@@ -325,8 +325,7 @@ def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopReq
         if tracking is not None:
             tracking.close(result)
     log.info("dynamics %s at t = %s; max |error| against exact: %s", status, result["t_reached"], errors)
-    for warning in result["warnings"]:
-        log.warning("health warning [%s]: %s", warning["name"], warning["message"])
+    log_warnings(result)
     if status in ("preempted", "interrupted"):
         stop.hand_over()
         sys.exit(exit_status(status))

@@ -153,5 +153,10 @@ def report(summary: dict):
         log.info(line)
     if summary.get("reason"):
         log.warning("%s: %s", summary["status"], summary["reason"])
+    log_warnings(summary)
+
+
+def log_warnings(summary: dict):
+    """Each of the summary's health warnings as one log line."""
     for warning in summary.get("warnings", []):
         log.warning("health warning [%s]: %s", warning["name"], warning["message"])

@@ -31,10 +31,10 @@ import numpy as np
 
 from runner.errors import ConfigError
 
-SYMMETRY_ZERO_LOG = 20.0  # log |psi| this far below the largest: a zero of psi (a symmetry's), |psi|^2 ratio < 5e-18
-
 from runner.physics.hilbert import Hilbert, all_states, states_to_codes
 from runner.physics.lattice import GEOMETRY, point_operations, site_of
+
+SYMMETRY_ZERO_LOG = 20.0  # log |psi| this far below the largest: a zero of psi (a symmetry's), |psi|^2 ratio < 5e-18
 
 
 class SpaceGroup(NamedTuple):
