@@ -2,6 +2,7 @@
 
 from typing import Callable, NamedTuple, Protocol
 
+from models import symmetrize
 from runner.errors import ConfigError
 
 
@@ -98,10 +99,13 @@ def resolve(model) -> FastPaths | None:
     """
     cls = type(model)
     protocols = check(cls)
-    # An instance whose settings the written-out paths do not cover (e.g. a symmetry projection
-    # on top of the model) says so in its class's own `fast_paths_apply`; it takes the generic path.
+    # An instance whose settings the written-out paths do not all cover (e.g. a symmetry projection
+    # on top of the model) names those that apply in its class's own `fast_paths_apply`; the
+    # others take the generic path.
     applies = vars(cls).get("fast_paths_apply")
-    if not protocols or (applies is not None and not applies(model)):
+    if applies is not None:
+        protocols = tuple(p for p in protocols if p in applies(model))
+    if not protocols:
         return None
     # Methods of the instance: a model may need its own static settings (a lattice's symmetry
     # permutations) to build its tables; static methods read the same either way.
@@ -110,6 +114,13 @@ def resolve(model) -> FastPaths | None:
         def ratio(params, sigma_N, sites_KxJ, delta_KxJ):
             tables = model.local_tables(params)
             return model.local_ratios(tables, model.local_state(tables, sigma_N), sites_KxJ, delta_KxJ)
+
+        projection = getattr(model, "sector", None)
+        if isinstance(projection, symmetrize.Projection) and not projection.trivial:
+            # The declared ratios are the model's before its projection (method `unprojected`).
+            ratio = symmetrize.projected_ratio(
+                ratio, lambda params, sigma: model.apply({"params": params}, sigma, method="unprojected"),
+                projection)
     if SamplerCache in protocols:
         amplitude = (
             model.local_tables,

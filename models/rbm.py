@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from models import symmetrize
 from models.common import check_param_dtype, normal, real_times, sum_log_cosh, sum_log_cosh_real_part
 from models.fast_paths import JacobianProducts, LocalRatios, SamplerCache
 from runner.errors import ConfigError
@@ -20,6 +21,12 @@ class RBM(nn.Module):
     """Include the visible bias a."""
     param_dtype: Any = jnp.float64
     """Parameter dtype; complex dtypes give a complex (holomorphic) wavefunction."""
+    sector: Any = None
+    """The symmetry sector projected onto: None (no projection), a `runner.physics.symmetry.Sector`
+    or {momentum, irrep, parity}; held as a `models.symmetrize.Projection` (every sector of the
+    lattice: the RBM has no symmetry of its own)."""
+    hilbert: Any = None
+    """The lattice (given by the runner), read only to resolve `sector`; not kept."""
 
     holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
     # Opted into explicitly (`models.fast_paths.resolve`); a subclass must declare its own.
@@ -31,26 +38,43 @@ class RBM(nn.Module):
         if not isinstance(self.use_visible_bias, bool):
             raise ConfigError("use_visible_bias", f"must be true or false (got {self.use_visible_bias!r})")
         check_param_dtype(self.param_dtype)
+        object.__setattr__(self, "sector", symmetrize.projection_of(self.sector, self.hilbert))
+        object.__setattr__(self, "hilbert", None)
         super().__post_init__()
+
+    def fast_paths_apply(self) -> tuple:
+        """All of them without projection; with one, the local ratios (of the projection, from
+        those of `unprojected`), the sampler and the Jacobian products taking the generic paths."""
+        return self.fast_paths if self.sector is None or self.sector.trivial else (LocalRatios,)
 
     @nn.compact
     def features(self, sigma_xN):
         """Hidden pre-activations theta [..., M] and the visible term a.s [...]."""
         n = sigma_xN.shape[-1]
         n_hidden = max(1, int(round(self.alpha * n)))
+        # Projected, psi starts at weights of order 1/sqrt(N): from near-constant weights a sector
+        # whose characters cancel would keep only psi's first-order fluctuation, a spin wave near
+        # the ferromagnet (docs/notes/experiments.md).
+        kernel_scale = 0.01 if self.sector is None or self.sector.trivial else 1 / n**0.5
         params = {
-            "kernel": self.param("kernel", normal(0.01), (n, n_hidden), self.param_dtype),
+            "kernel": self.param("kernel", normal(kernel_scale), (n, n_hidden), self.param_dtype),
             "hidden_bias": self.param("hidden_bias", normal(0.01), (n_hidden,), self.param_dtype),
         }
         if self.use_visible_bias:
             params["visible_bias"] = self.param("visible_bias", normal(0.01), (n,), self.param_dtype)
         return self.local_state(self.local_tables(params), sigma_xN)
 
-    def __call__(self, sigma_xN):
+    def unprojected(self, sigma_xN):
+        """log psi before the symmetry projection [...]."""
         return self.local_log_psi(self.features(sigma_xN))
+
+    def __call__(self, sigma_xN):
+        return symmetrize.project(self.unprojected, sigma_xN, self.sector)
 
     def log_abs(self, sigma_xN):
         """Re log psi, cheaper than the real part of __call__ for complex parameters."""
+        if self.sector is not None and not self.sector.trivial:
+            return jnp.real(self(sigma_xN))
         return self.local_log_abs(self.features(sigma_xN))
 
     # --- local updates: O(K M) per move of K spins instead of O(N M), for the Metropolis

@@ -12,10 +12,10 @@ from models.fast_paths import LocalRatios, SamplerCache
 from models.rbm import RBM
 from runner.errors import ConfigError
 
-GROUPS = ("translations", "lattice")
+GROUPS = ("translations", "lattice", "sector")
 
 
-def _invariance(hilbert, group: str) -> symmetrize.Invariance | None:
+def _invariance(hilbert, group: str, sector) -> symmetrize.Invariance | None:
     """The group log psi is invariant under (None before the Hilbert space is given or once it
     is held as a Lattice: the sector is resolved then)."""
     if hilbert is None or isinstance(hilbert, symmetrize.Lattice):
@@ -23,6 +23,13 @@ def _invariance(hilbert, group: str) -> symmetrize.Invariance | None:
     if group == "translations":
         return symmetrize.Invariance(symmetrize.translations_by(hilbert, 1), "the translations",
                                      "model=vit with a patch_size p that makes every m_a p / L_a an integer")
+    if group == "sector":
+        if sector is None:
+            raise ConfigError("group", "sector shares the weights over the elements on which model.sector's "
+                                       "characters are 1, and needs model.sector (or auto)")
+        if isinstance(sector, str):
+            return None  # not a sector: `projection_of` says why
+        return symmetrize.Invariance(symmetrize.kernel_of(sector, hilbert), "the sector's kernel", "")
     return symmetrize.Invariance(symmetrize.lattice_of(hilbert).space_group_GxN, "the space group",
                                  "group=translations for another irrep at k = 0, or model=vit")
 
@@ -40,9 +47,10 @@ class RBMSymm(nn.Module):
     alpha: int = 1
     """Features: the number of hidden units is alpha * G (G elements of `group`)."""
     group: str = "translations"
-    """The group the hidden units are shared over: translations (the lattice's T translations) or
+    """The group the hidden units are shared over: translations (the lattice's T translations),
     lattice (its space group: translations with the rotations and reflections that map the
-    finite lattice onto itself)."""
+    finite lattice onto itself) or sector (the elements on which `sector`'s characters are 1:
+    every sector, k != 0 included, with the most sharing that reaches it)."""
     sector: Any = None
     """The symmetry sector projected onto: None (no projection), a `runner.physics.symmetry.Sector`
     or {momentum, irrep, parity}; held as a `models.symmetrize.Projection`. log psi is invariant
@@ -63,16 +71,19 @@ class RBMSymm(nn.Module):
         if self.group not in GROUPS:
             raise ConfigError("group", f"must be one of {', '.join(GROUPS)} (got {self.group!r})")
         check_param_dtype(self.param_dtype)
-        object.__setattr__(self, "sector", symmetrize.projection_of(self.sector, self.hilbert, _invariance(self.hilbert, self.group)))
+        object.__setattr__(self, "sector", symmetrize.projection_of(self.sector, self.hilbert, _invariance(self.hilbert, self.group, self.sector)))
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
         super().__post_init__()
 
-    def fast_paths_apply(self) -> bool:
-        """The RBM's updates give log psi of the model without projection only."""
-        return self.sector is None or self.sector.trivial
+    def fast_paths_apply(self) -> tuple:
+        """All of them without projection; with one, the local ratios (of the projection, from
+        those of `unprojected`), the sampler taking plain evaluations."""
+        return self.fast_paths if self.sector is None or self.sector.trivial else (LocalRatios,)
 
     def group_GxN(self) -> np.ndarray:
         """The group's permutations: image g of s is s[perm[g]] (row 0 the identity)."""
+        if self.group == "sector":
+            return np.asarray(self.sector.invariant, np.int32)
         return self.hilbert.translations_TxN if self.group == "translations" else self.hilbert.space_group_GxN
 
     @nn.compact

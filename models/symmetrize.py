@@ -93,12 +93,15 @@ class Projection:
         perms: rows of N site indices, the identity first.
         signs: +1, or -1 for the spin-flipped half.
         weights: complex weights, 1 on the identity.
+        invariant: rows of N site indices, the group the model's log psi is invariant under
+            (the identity first), as the model declared it; () for none.
     """
 
     sector: Any
     perms: tuple
     signs: tuple
     weights: tuple
+    invariant: tuple = ()
 
     @property
     def trivial(self) -> bool:
@@ -196,7 +199,30 @@ def projection_of(sector, hilbert, invariance: Invariance | None = None) -> Proj
     signs = [1] * len(perms)
     if sector.parity is not None:
         perms, signs, weights = perms * 2, signs + [-1] * len(signs), weights + [sector.parity * w for w in weights]
-    return Projection(sector, tuple(perms), tuple(signs), tuple(weights))
+    invariant = () if invariance is None else tuple(tuple(int(i) for i in row) for row in invariance.rows_HxN)
+    return Projection(sector, tuple(perms), tuple(signs), tuple(weights), invariant)
+
+
+def kernel_of(sector, hilbert) -> np.ndarray:
+    """[H, N] the elements of the sector's little group on which its character is 1 (identity
+    first): a group every state of the sector is invariant under, the largest a model may share
+    its weights over and still reach the sector.
+
+    Args:
+        sector: a `runner.physics.symmetry.Sector` or {momentum, irrep, parity}.
+        hilbert: the runner's `runner.physics.hilbert.Hilbert`.
+
+    Raises:
+        ConfigError (key `sector`, or `sector.KEY`): a value that is no sector of the lattice.
+    """
+    group = symmetry.space_group(hilbert)
+    if not isinstance(sector, symmetry.Sector):
+        sector = symmetry.parse_sector(sector, hilbert, "sector", group)
+    try:
+        elements, chi_E = symmetry.characters(group, sector)
+    except ValueError as err:
+        raise ConfigError("sector", str(err)) from None
+    return group.perm_ExN[elements[np.abs(chi_E - 1) < 1e-9]].astype(np.int32)
 
 
 def project(log_psi_fn, sigma_xN, projection: Projection | None):
@@ -227,3 +253,41 @@ def log_weighted_sum(log_psi_xG, weight_G):
     w_G = jnp.asarray(weight_G, dtype)
     total = jnp.sum(w_G * jnp.exp((log_psi_xG - shift_x).astype(dtype)), axis=-1)
     return jnp.log(total) + shift_x[..., 0]
+
+
+def projected_ratio(ratio, log_psi, projection: Projection):
+    """The local ratios of a projection, psi_P(s'_k) / psi_P(s), from those of the model it projects.
+
+    psi_P(s') / psi_P(s) = sum_g c_g r_g with c_g = weight_g psi(g s) / psi_P(s) and r_g =
+    psi(g s') / psi(g s): each image g s' is a move of g s, on the sites the image puts the moved
+    spins at (the inverse permutation), its change signed like the image. The model's own ratios
+    give each r_g at the cost of a move; the images g s are evaluated once per configuration.
+
+    Args:
+        ratio: (params, sigma_N, sites_KxJ, delta_KxJ) -> psi(s'_k) / psi(s) [K] of the model.
+        log_psi: (params, sigma_xN) -> log psi [...] of the model before the projection.
+        projection: the (nontrivial) projection.
+
+    Returns:
+        The same function for psi_P. Real when the model's values are real and every weight is a
+        positive real (as `log_weighted_sum`); complex otherwise.
+    """
+    perm_GxN, sign_G, weight_G = projection.arrays()
+    inverse_GxN = np.argsort(perm_GxN, axis=1).astype(np.int32)
+    positive = np.allclose(weight_G.imag, 0) and np.all(weight_G.real > 0)
+
+    def ratio_P(params, sigma_N, sites_KxJ, delta_KxJ):
+        images_GxN = sigma_N[perm_GxN] * jnp.asarray(sign_G, sigma_N.dtype)[:, None]
+        log_psi_G = log_psi(params, images_GxN)
+        sites_GxKxJ = jnp.asarray(inverse_GxN)[:, sites_KxJ]
+        delta_GxKxJ = delta_KxJ[None] * jnp.asarray(sign_G, delta_KxJ.dtype)[:, None, None]
+        r_GxK = jax.vmap(ratio, in_axes=(None, 0, 0, 0))(params, images_GxN, sites_GxKxJ, delta_GxKxJ)
+        shift = jax.lax.stop_gradient(jnp.max(jnp.real(log_psi_G)))
+        if positive and not (jnp.iscomplexobj(log_psi_G) or jnp.iscomplexobj(r_GxK)):
+            w_G = jnp.asarray(weight_G.real, log_psi_G.dtype)
+        else:
+            w_G = jnp.asarray(weight_G, jnp.result_type(log_psi_G.dtype, r_GxK.dtype, jnp.complex64))
+        c_G = w_G * jnp.exp(log_psi_G - shift)
+        return jnp.sum(c_G[:, None] * r_GxK, axis=0) / jnp.sum(c_G)
+
+    return ratio_P

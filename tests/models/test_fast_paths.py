@@ -107,7 +107,7 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
 def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     """RBMSymm declares the RBM's local updates on its expanded matrix: its fast local energies
     equal dense H psi / psi, its sampler cache follows log |psi| through moves, and a projected
-    instance takes the generic path (the updates would ignore the projection)."""
+    instance keeps the local ratios only (`test_projected_rbms_keep_exact_local_ratios`)."""
     from models import RBMSymm
 
     lattice = hb.square(3)
@@ -115,7 +115,8 @@ def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     model = RBMSymm(alpha=2, param_dtype=dtype, hilbert=lattice)
     paths = resolve(model)
     assert paths.ratio is not None and paths.amplitude is not None and paths.jacobian_products is None
-    assert resolve(RBMSymm(alpha=2, sector={"momentum": [0, 0], "irrep": "A1", "parity": 1}, hilbert=lattice)) is None
+    projected = resolve(RBMSymm(alpha=2, sector={"momentum": [0, 0], "irrep": "A1", "parity": 1}, hilbert=lattice))
+    assert projected.ratio is not None and projected.amplitude is None and projected.jacobian_products is None
     states = jnp.asarray(hb.all_states(lattice))
     params = model.init(jax.random.PRNGKey(0), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: 20 * x, params)
@@ -135,3 +136,35 @@ def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     delta = moved[jnp.arange(5)[:, None], sites] - picked[:5][jnp.arange(5)[:, None], sites]
     log_abs, _ = amp.update(tables, cache, moved, sites, delta)
     np.testing.assert_allclose(log_abs, jnp.real(model.apply({"params": params}, moved)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("cls, sector, dtype", [
+    ("RBM", {"momentum": [1, 0], "irrep": "B2", "parity": -1}, jnp.complex128),
+    ("RBM", {"momentum": [0, 0], "irrep": "A1", "parity": 1}, jnp.float64),
+    ("RBMSymm", {"momentum": [0, 0], "irrep": "B1"}, jnp.complex128),
+    ("RBMSymm", {"momentum": [0, 0], "irrep": "A1", "parity": -1}, jnp.float64),
+    ("RBMSymm_sector", {"momentum": [1, 1], "irrep": "A'", "parity": 1}, jnp.complex128),
+])
+def test_projected_rbms_keep_exact_local_ratios(cls, sector, dtype):
+    """A projected RBM's local ratios (its images' own ratios, weighed by each image's share of
+    psi_P) give the local energies of dense H psi / psi, where the sampler cache and the
+    Jacobian products (which would ignore the projection) are off."""
+    import models
+
+    lattice = hb.square(3) if cls == "RBMSymm" else hb.square(None, Lx=2, Ly=4, total_sz=None)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.5, sign_rule=False)
+    cls, _, group = cls.partition("_")
+    extra = {"group": group or "translations"} if cls == "RBMSymm" else {}
+    model = getattr(models, cls)(alpha=2, param_dtype=dtype, sector=sector, hilbert=lattice, **extra)
+    paths = resolve(model)
+    assert paths.ratio is not None and paths.amplitude is None and paths.jacobian_products is None
+    states = jnp.asarray(hb.all_states(lattice))
+    params = model.init(jax.random.PRNGKey(3), states[0])["params"]
+    scale = 2 if cls == "RBM" else 10  # weights of order 1 (the RBM starts projections at 1/sqrt(N))
+    params = jax.tree_util.tree_map(lambda x: scale * x, params)
+    psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
+    picked = states[np.argsort(-np.abs(psi[basis_index(np.asarray(states))]))[:64]]  # away from psi_P = 0
+    eloc = local_energies(_problem(model, ham), params, picked.reshape(4, 16, -1)).reshape(-1)
+    H = dense_heisenberg(lattice.bonds, lattice.next_bonds, lattice.n_sites, 1.0, 0.5)
+    idx = basis_index(np.asarray(picked))
+    np.testing.assert_allclose(np.asarray(eloc), (H @ psi)[idx] / psi[idx], rtol=1e-9, atol=1e-9)

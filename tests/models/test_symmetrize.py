@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import CNN, RBMSymm, ViT, symmetrize
+from models import CNN, RBM, RBMSymm, ViT, symmetrize
 from runner.errors import ConfigError
 from runner.physics import hilbert as hb
 from runner.physics import symmetry
@@ -96,6 +96,29 @@ def test_translation_cosets_give_the_little_group_sum_of_a_translation_invariant
     _proportional(psi_cosets, psi_full)
 
 
+@pytest.mark.parametrize("make_hilbert, spec", [
+    (lambda: hb.kagome(None, Lx=2, Ly=3), {"momentum": [1, 0], "irrep": "A", "parity": -1}),
+    (lambda: hb.kagome(2), {"momentum": [0, 0], "irrep": "B1"}),
+    (lambda: hb.square(4), {"momentum": [2, 2], "irrep": "A1"}),
+])
+def test_the_sector_kernel_is_the_group_where_its_characters_are_one(make_hilbert, spec):
+    """`kernel_of`: the little group's elements with chi = 1, closed under composition, identity
+    first; rbm_symm shares its weights over it and sums one image per coset (with parity, twice)."""
+    hilbert = make_hilbert()
+    group = symmetry.space_group(hilbert)
+    sector = symmetry.parse_sector(spec, hilbert, "sector", group)
+    elements, chi = symmetry.characters(group, sector)
+    kernel_HxN = symmetrize.kernel_of(sector, hilbert)
+    rows = {tuple(r) for r in kernel_HxN.tolist()}
+    assert rows == {tuple(group.perm_ExN[e]) for e, c in zip(elements, chi) if abs(c - 1) < 1e-9}
+    np.testing.assert_array_equal(kernel_HxN[0], np.arange(hilbert.n_sites))
+    assert all(tuple(a[b]) in rows for a in kernel_HxN for b in kernel_HxN)
+    model = RBMSymm(alpha=1, group="sector", sector=spec, hilbert=hilbert)
+    flips = 1 if sector.parity is None else 2
+    assert len(model.sector.perms) == flips * len(elements) // len(kernel_HxN)
+    np.testing.assert_array_equal(model.group_GxN(), kernel_HxN)
+
+
 # --- the projected lattice models: how they transform, and the dense projector ---------------
 
 KAGOME = {"momentum": [0, 0], "irrep": "B1", "parity": 1}  # the ground sector of the 2 x 2 Heisenberg kagome
@@ -110,6 +133,11 @@ PROJECTED = {
         channels=2, depth=1, sector={"momentum": [0, 0], "irrep": "B1", "parity": -1}, hilbert=h)),
     "vit_kagome_k": (lambda: hb.kagome(2), lambda h: ViT(
         patch_size=2, d_model=4, n_heads=1, sector={"momentum": [1, 0], "irrep": "B2", "parity": -1}, hilbert=h)),
+    "rbm_kagome_k": (lambda: hb.kagome(None, Lx=2, Ly=3), lambda h: RBM(
+        alpha=1, sector={"momentum": [1, 0], "irrep": "A", "parity": -1}, param_dtype=jnp.complex128, hilbert=h)),
+    "rbm_symm_sector_kernel_k": (lambda: hb.kagome(None, Lx=2, Ly=3), lambda h: RBMSymm(
+        alpha=2, group="sector", sector={"momentum": [1, 0], "irrep": "A", "parity": -1}, param_dtype=jnp.complex128,
+        hilbert=h)),
     "vit_chain_k": (lambda: hb.chain(8), lambda h: ViT(
         patch_size=4, d_model=4, n_heads=2, sector={"momentum": [2], "irrep": "A"}, param_dtype=jnp.complex128,
         hilbert=h)),
@@ -125,11 +153,10 @@ def test_projected_models_transform_as_their_sector_and_are_the_dense_projection
     make_hilbert, make_model = PROJECTED[name]
     hilbert = make_hilbert()
     model = make_model(hilbert)
-    bare = model.clone(sector=None)
     sector = model.sector.sector
     basis = hilbert._replace(total_sz=0.0) if hilbert.n_sites > 8 else hilbert
     states_DxN = hb.all_states(basis)
-    params = bare.init(jax.random.PRNGKey(0), jnp.asarray(states_DxN[:1]))["params"]  # as the model's, faster
+    params = model.init(jax.random.PRNGKey(0), jnp.asarray(states_DxN[:1]))["params"]
     params = jax.tree_util.tree_map(lambda x: 4 * x, params)
     group = symmetry.space_group(hilbert)
     elements, chi_G = symmetry.characters(group, sector)
@@ -146,7 +173,8 @@ def test_projected_models_transform_as_their_sector_and_are_the_dense_projection
     np.testing.assert_allclose(psi_SxG, chi_G[None, :] * psi_SxG[:, :1], rtol=1e-8, atol=1e-10 * scale)
     if sector.parity is not None:
         np.testing.assert_allclose(flipped_S, sector.parity * psi_SxG[:, 0], rtol=1e-8, atol=1e-10 * scale)
-    psi_D = _amplitudes(jax.jit(lambda s: bare.apply({"params": params}, s))(jnp.asarray(states_DxN)))
+    unprojected = jax.jit(lambda s: model.apply({"params": params}, s, method="unprojected"))
+    psi_D = _amplitudes(unprojected(jnp.asarray(states_DxN)))
     _proportional(projected_D, symmetry.project(basis, sector, psi_D))
 
 
@@ -162,7 +190,8 @@ def test_a_sector_that_leaves_the_model_alone_keeps_its_fast_paths():
     states = jnp.asarray(hb.all_states(hilbert)[::37])
     params = plain.init(jax.random.PRNGKey(0), states[:1])
     np.testing.assert_array_equal(np.asarray(same.apply(params, states)), np.asarray(plain.apply(params, states)))
-    assert resolve(RBMSymm(alpha=1, sector=KAGOME, hilbert=hilbert)) is None
+    projected = resolve(RBMSymm(alpha=1, sector=KAGOME, hilbert=hilbert))  # its ratios only: of the projection
+    assert projected.ratio is not None and projected.amplitude is None
 
 
 # --- refusals ------------------------------------------------------------------------------------
@@ -183,6 +212,7 @@ def test_a_sector_that_leaves_the_model_alone_keeps_its_fast_paths():
      "sector.parity", "total_sz"),
     (lambda: CNN(sector=Sector((0, 0), "A1", -1), hilbert=hb.square(4, total_sz=1)), "sector", "total_sz"),
     (lambda: CNN(sector="B1", hilbert=hb.square(4)), "sector", "null, auto or"),
+    (lambda: RBMSymm(group="sector", hilbert=hb.square(4)), "group", "needs model.sector"),
     (lambda: CNN(sector="auto", hilbert=hb.square(4)), "sector", "resolved by the runner"),
 ])
 def test_bad_sectors_are_one_sentence(make, key, words):
