@@ -116,7 +116,7 @@ def resolve(model) -> FastPaths | None:
             return model.local_ratios(tables, model.local_state(tables, sigma_N), sites_KxJ, delta_KxJ)
 
         projection = getattr(model, "sector", None)
-        if isinstance(projection, symmetrize.Projection) and not projection.trivial:
+        if isinstance(projection, symmetrize.Projection) and symmetrize.projects(projection):
             # The declared ratios are the model's before its projection (method `unprojected`).
             ratio = symmetrize.projected_ratio(
                 ratio, lambda params, sigma: model.apply({"params": params}, sigma, method="unprojected"),

@@ -45,7 +45,7 @@ class RBM(nn.Module):
     def fast_paths_apply(self) -> tuple:
         """All of them without projection; with one, the local ratios (of the projection, from
         those of `unprojected`), the sampler and the Jacobian products taking the generic paths."""
-        return self.fast_paths if self.sector is None or self.sector.trivial else (LocalRatios,)
+        return (LocalRatios,) if symmetrize.projects(self.sector) else self.fast_paths
 
     @nn.compact
     def features(self, sigma_xN):
@@ -55,7 +55,7 @@ class RBM(nn.Module):
         # Projected, psi starts at weights of order 1/sqrt(N): from near-constant weights a sector
         # whose characters cancel would keep only psi's first-order fluctuation, a spin wave near
         # the ferromagnet (docs/notes/experiments.md).
-        kernel_scale = 0.01 if self.sector is None or self.sector.trivial else 1 / n**0.5
+        kernel_scale = 1 / n**0.5 if symmetrize.projects(self.sector) else 0.01
         params = {
             "kernel": self.param("kernel", normal(kernel_scale), (n, n_hidden), self.param_dtype),
             "hidden_bias": self.param("hidden_bias", normal(0.01), (n_hidden,), self.param_dtype),
@@ -73,7 +73,7 @@ class RBM(nn.Module):
 
     def log_abs(self, sigma_xN):
         """Re log psi, cheaper than the real part of __call__ for complex parameters."""
-        if self.sector is not None and not self.sector.trivial:
+        if symmetrize.projects(self.sector):
             return jnp.real(self(sigma_xN))
         return self.local_log_abs(self.features(sigma_xN))
 

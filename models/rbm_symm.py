@@ -78,7 +78,7 @@ class RBMSymm(nn.Module):
     def fast_paths_apply(self) -> tuple:
         """All of them without projection; with one, the local ratios (of the projection, from
         those of `unprojected`), the sampler taking plain evaluations."""
-        return self.fast_paths if self.sector is None or self.sector.trivial else (LocalRatios,)
+        return (LocalRatios,) if symmetrize.projects(self.sector) else self.fast_paths
 
     def group_GxN(self) -> np.ndarray:
         """The group's permutations: image g of s is s[perm[g]] (row 0 the identity)."""

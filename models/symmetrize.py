@@ -225,6 +225,11 @@ def kernel_of(sector, hilbert) -> np.ndarray:
     return group.perm_ExN[elements[np.abs(chi_E - 1) < 1e-9]].astype(np.int32)
 
 
+def projects(projection: Projection | None) -> bool:
+    """Whether a model's `sector` sums over more than the identity (None: no projection)."""
+    return projection is not None and not projection.trivial
+
+
 def project(log_psi_fn, sigma_xN, projection: Projection | None):
     """log psi_P(s) = log sum_g weight_g exp(log psi(image_g(s))) [...], computed stably.
 
@@ -233,7 +238,7 @@ def project(log_psi_fn, sigma_xN, projection: Projection | None):
     log psi and any weights are fine. The result is real only when log psi is real and every
     weight is a positive real.
     """
-    if projection is None or projection.trivial:
+    if not projects(projection):
         return log_psi_fn(sigma_xN)
     perm_GxN, sign_G, weight_G = projection.arrays()
     images_xGxN = sigma_xN[..., perm_GxN] * jnp.asarray(sign_G, sigma_xN.dtype)[:, None]
@@ -245,14 +250,19 @@ def log_weighted_sum(log_psi_xG, weight_G):
     exponentiating (as a constant: it cancels). Real when log psi is real and every weight
     (a NumPy array [G]) a positive real; complex otherwise."""
     shift_x = jax.lax.stop_gradient(jnp.max(jnp.real(log_psi_xG), axis=-1, keepdims=True))
-    positive = np.allclose(weight_G.imag, 0) and np.all(weight_G.real > 0)
-    if positive and not jnp.iscomplexobj(log_psi_xG):
-        w_G = jnp.asarray(weight_G.real, log_psi_xG.dtype)
-        return jnp.log(jnp.sum(w_G * jnp.exp(log_psi_xG - shift_x), axis=-1)) + shift_x[..., 0]
-    dtype = jnp.result_type(log_psi_xG.dtype, jnp.complex64)
-    w_G = jnp.asarray(weight_G, dtype)
-    total = jnp.sum(w_G * jnp.exp((log_psi_xG - shift_x).astype(dtype)), axis=-1)
+    w_G = _weights_for(weight_G, log_psi_xG)
+    total = jnp.sum(w_G * jnp.exp((log_psi_xG - shift_x).astype(w_G.dtype)), axis=-1)
     return jnp.log(total) + shift_x[..., 0]
+
+
+def _weights_for(weight_G, *values):
+    """The weights [G] as a jax array in the dtype of a weighted sum of `values`: real (theirs)
+    when every weight is a positive real and every value real, else complex."""
+    dtype = jnp.result_type(*(v.dtype for v in values))
+    positive = np.allclose(weight_G.imag, 0) and np.all(weight_G.real > 0)
+    if positive and not jnp.issubdtype(dtype, jnp.complexfloating):
+        return jnp.asarray(weight_G.real, dtype)
+    return jnp.asarray(weight_G, jnp.result_type(dtype, jnp.complex64))
 
 
 def projected_ratio(ratio, log_psi, projection: Projection):
@@ -274,7 +284,6 @@ def projected_ratio(ratio, log_psi, projection: Projection):
     """
     perm_GxN, sign_G, weight_G = projection.arrays()
     inverse_GxN = np.argsort(perm_GxN, axis=1).astype(np.int32)
-    positive = np.allclose(weight_G.imag, 0) and np.all(weight_G.real > 0)
 
     def ratio_P(params, sigma_N, sites_KxJ, delta_KxJ):
         images_GxN = sigma_N[perm_GxN] * jnp.asarray(sign_G, sigma_N.dtype)[:, None]
@@ -283,11 +292,7 @@ def projected_ratio(ratio, log_psi, projection: Projection):
         delta_GxKxJ = delta_KxJ[None] * jnp.asarray(sign_G, delta_KxJ.dtype)[:, None, None]
         r_GxK = jax.vmap(ratio, in_axes=(None, 0, 0, 0))(params, images_GxN, sites_GxKxJ, delta_GxKxJ)
         shift = jax.lax.stop_gradient(jnp.max(jnp.real(log_psi_G)))
-        if positive and not (jnp.iscomplexobj(log_psi_G) or jnp.iscomplexobj(r_GxK)):
-            w_G = jnp.asarray(weight_G.real, log_psi_G.dtype)
-        else:
-            w_G = jnp.asarray(weight_G, jnp.result_type(log_psi_G.dtype, r_GxK.dtype, jnp.complex64))
-        c_G = w_G * jnp.exp(log_psi_G - shift)
+        c_G = _weights_for(weight_G, log_psi_G, r_GxK) * jnp.exp(log_psi_G - shift)
         return jnp.sum(c_G[:, None] * r_GxK, axis=0) / jnp.sum(c_G)
 
     return ratio_P
