@@ -244,10 +244,9 @@ def _energy_statistics(problem, T: int):
     from runner.core import stats
     from runner.core.local_energy import local_energies
 
-    C = problem.sampler.n_chains
-    at_once = problem.chunk_per_chain or max(1, problem.sampler.n_samples // C)
+    at_once = problem.per_chain_at_once
     per_chain = max(t for t in range(1, min(at_once, T) + 1) if T % t == 0)  # a divisor of T
-    chunked = dataclasses.replace(problem, chunk_size=per_chain * C)
+    chunked = dataclasses.replace(problem, chunk_size=per_chain * problem.sampler.n_chains)
     return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(
         local_energies(chunked, params, sigma_CxTxN), w_CxT, True))
 

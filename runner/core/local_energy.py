@@ -129,16 +129,21 @@ def sum_elements(diag_x, mel_xK, ratio_xK):
 def map_over_samples(fn, sigma_CxTxN, chunk_per_chain):
     """Applies fn to [C, t, N] blocks of samples, `chunk_per_chain` samples per chain at a time.
 
-    The chain axis stays leading (and sharded); chunks run one after another.
+    The chain axis stays leading (and sharded); chunks run one after another. When the chunk
+    does not divide T, the last block is padded with copies of each chain's first sample and
+    their values are dropped.
     """
     C, T = sigma_CxTxN.shape[:2]
     if chunk_per_chain is None or chunk_per_chain >= T:
         return fn(sigma_CxTxN)
-    n = T // chunk_per_chain
+    n = -(-T // chunk_per_chain)
+    pad = n * chunk_per_chain - T
+    if pad:
+        sigma_CxTxN = jnp.concatenate([sigma_CxTxN, jnp.repeat(sigma_CxTxN[:, :1], pad, axis=1)], axis=1)
     blocks = jnp.swapaxes(sigma_CxTxN.reshape(C, n, chunk_per_chain, -1), 0, 1)
     out = jax.lax.map(fn, blocks)
     return jax.tree_util.tree_map(
-        lambda y: jnp.swapaxes(y, 0, 1).reshape(C, T, *y.shape[3:]), out
+        lambda y: jnp.swapaxes(y, 0, 1).reshape(C, T + pad, *y.shape[3:])[:, :T], out
     )
 
 

@@ -90,7 +90,8 @@ def local_values_one(obs: Observables, logpsi_fn, params, sigma_N, ratio_fn=None
 
 def local_values(obs: Observables, problem, params, sigma_CxTxN) -> Local:
     """Local values of every observable on every sample, in one pass (one ratio per distinct
-    connected configuration), `problem.chunk_size` samples at a time.
+    connected configuration), as many samples at a time as the run's steps evaluate
+    (`Problem.per_chain_at_once`: every configuration of a full sum over orbits goes in blocks).
 
     Args:
         obs: the observable set.
@@ -102,7 +103,7 @@ def local_values(obs: Observables, problem, params, sigma_CxTxN) -> Local:
         Local(values_CxTxM, sq_CxTxQ), real.
     """
     one = lambda s: local_values_one(obs, problem.logpsi, params, s, ratio_of(problem.model))  # noqa: E731
-    values, sq = map_over_samples(jax.vmap(jax.vmap(one)), sigma_CxTxN, problem.chunk_per_chain)
+    values, sq = map_over_samples(jax.vmap(jax.vmap(one)), sigma_CxTxN, problem.per_chain_at_once)
     return Local(values, sq)
 
 

@@ -70,6 +70,13 @@ class Problem:
             return None
         return max(1, self.chunk_size // self.sampler.n_chains)
 
+    @property
+    def per_chain_at_once(self) -> int:
+        """Samples of each chain a step evaluates at once (its chunk, else all of them): how many
+        an evaluation of more samples (every configuration of a full sum, a larger draw) takes at
+        a time, so it fits in the memory the run's steps needed."""
+        return self.chunk_per_chain or max(1, self.sampler.n_samples // self.sampler.n_chains)
+
 
 def sums_exactly(problem: Problem) -> bool:
     """Whether the problem's weights are a full sum's (exact), not importance weights."""

@@ -11,9 +11,10 @@ import pytest
 from models import RBM
 from runner.core import observe, precond
 from runner.core.estimate import estimate
+from runner.core.local_energy import map_over_samples
 from runner.core.problem import Problem, VMCState
 from runner.core.sampler import exact as exact_sampler
-from runner.core.sampler import init_chains, sample
+from runner.core.sampler import full_sum, init_chains, sample
 from runner.core.wavefunction import ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians, observables, pauli
@@ -185,6 +186,51 @@ def test_one_pass_evaluates_each_distinct_configuration_once():
     jax.jit(lambda s: observe.local_values_one(obs, counting_logpsi, params, s, counting_ratio))(
         jnp.asarray(states[5]))
     assert moves == [(6, 1), (6, 2)]
+
+
+def test_map_over_samples_pads_a_chunk_that_does_not_divide_the_chains():
+    """Blocks of `chunk` samples per chain, the last one padded and its padding dropped: the same
+    values as one batch."""
+    sigma_CxTxN = jnp.asarray(np.random.default_rng(0).choice([-1, 1], (3, 7, 5)), jnp.int8)
+    blocks = []
+
+    def fn(s_CxtxN):  # runs at trace time: records the block shape
+        blocks.append(s_CxtxN.shape)
+        return jnp.sum(s_CxtxN * jnp.arange(5), axis=-1), s_CxtxN[..., :2]
+
+    whole = fn(sigma_CxTxN)
+    for chunk, n_blocks in [(3, 3), (2, 4), (7, 1), (None, 1)]:
+        blocks.clear()
+        out = map_over_samples(fn, sigma_CxTxN, chunk)
+        assert blocks == [(3, chunk or 7, 5)]
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), out, whole)
+        if chunk and chunk < 7:
+            lengths = [e.params["length"] for e in jax.make_jaxpr(
+                lambda s: map_over_samples(fn, s, chunk))(sigma_CxTxN).jaxpr.eqns if e.primitive.name == "scan"]
+            assert lengths == [n_blocks]
+
+
+def test_every_configuration_of_an_orbit_sum_goes_in_blocks_of_the_runs_rows():
+    """The observables of a full sum over orbits sum over every configuration (252 here, against
+    16 orbits on 4 rows of 4): as many per chain at a time as the run's steps evaluate (4), not all
+    at once, which ran out of memory on larger lattices; the values are those of one batch."""
+    lattice = hb.chain(10, total_sz=0)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    obs = observables.spin(lattice, ham)
+    model, params, _ = _model_state(lattice, jnp.complex128)
+    sampler = full_sum(lattice, n_chains=4, symmetry="lattice")
+    assert sampler.samples_per_chain == 4
+    problem = _problem(model, sampler, hamiltonian=ham)
+    sigma_CxTxN, _ = observe.every_configuration(sampler, problem.amplitude, params)
+    assert sigma_CxTxN.shape[:2] == (4, 63)
+    local = observe.local_values(obs, problem, params, sigma_CxTxN)
+    one = lambda s: observe.local_values_one(obs, problem.logpsi, params, s, ratio_of(model))  # noqa: E731
+    whole = jax.vmap(jax.vmap(one))(sigma_CxTxN)
+    np.testing.assert_allclose(local.values_CxTxM, whole[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(local.sq_CxTxQ, whole[1], rtol=1e-12, atol=1e-12)
+    lengths = [e.params["length"] for e in jax.make_jaxpr(lambda s: observe.local_values(obs, problem, params, s))(
+        sigma_CxTxN).jaxpr.eqns if e.primitive.name == "scan"]
+    assert lengths == [16]  # 63 per chain in blocks of 4, the last padded
 
 
 @pytest.mark.slow
