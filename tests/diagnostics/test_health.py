@@ -78,6 +78,15 @@ def test_relative_error():
     assert names({**HEALTHY, "exact_energy": None, "relative_error": None}) == []
 
 
+def test_relative_error_of_a_run_in_a_sector_is_judged_against_its_sector():
+    """A run in a sector without the ground state (the tower of states) is not warned for the gap
+    (the `sector` warning names both levels); far from its own sector's level it is."""
+    assert health.check_relative_error(0.16, 3e-9) is None
+    name, message = health.check_relative_error(0.16, 0.12)
+    assert name == "relative_error" and "1.20e-01 against its sector's lowest exact level" in message
+    assert "against the exact ground energy" in health.check_relative_error(0.2)[1]
+
+
 def test_cg_at_its_iteration_limit_is_optional():
     recs = records([0.5] * 10, cg_iters=120)
     recs[-1]["cg_iters"] = 1000
