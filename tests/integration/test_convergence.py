@@ -61,3 +61,21 @@ def test_kagome_recipe_reaches_the_exact_energy_on_another_torus(tmp_path):
     assert summary["status"] == "completed" and summary["warnings"] == []
     assert summary["exact_sector"] == summary["sector"] == "k=(0,0) B1 P=+1"
     assert summary["relative_error"] < 1e-6, summary
+
+
+def test_a_projected_rbm_reaches_the_lowest_level_of_a_sector_away_from_k_0(tmp_path):
+    """model=rbm with an explicit sector at nonzero momentum (how docs/excited.md measures the tower
+    of states): J1-J2 chain of 10 sites, k=(1) A P=-1 (complex characters; 14 states), summed
+    exactly over the translations' orbits; the run ends at that sector's lowest level of
+    spectrum.json and says, in one warning, that the ground state lies elsewhere."""
+    config = compose_config(["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.3",
+                             "hamiltonian.sign_rule=true", "model=rbm", "model.alpha=2", "dtype=complex128",
+                             "model.sector={momentum:[1],irrep:A,parity:-1}", "sampler=full_sum",
+                             "sampler.symmetry=translations", "preconditioner.solver=cholesky", "n_iter=60",
+                             "observables=none"])
+    summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
+    assert summary["status"] == "completed" and summary["sector"] == "k=(1) A P=-1"
+    assert summary["exact_sector"] == "k=(0) A' P=+1"
+    assert summary["sector_exact_energy"] == pytest.approx(-13.35560455362502, abs=1e-9)
+    assert summary["sector_relative_error"] < 1e-6, summary
+    assert [w["name"] for w in summary["warnings"]] == ["sector"], summary["warnings"]
