@@ -71,11 +71,13 @@ class Problem:
         return max(1, self.chunk_size // self.sampler.n_chains)
 
     @property
-    def per_chain_at_once(self) -> int:
+    def per_chain_at_once(self) -> int | None:
         """Samples of each chain a step evaluates at once (its chunk, else all of them): how many
         an evaluation of more samples (every configuration of a full sum, a larger draw) takes at
-        a time, so it fits in the memory the run's steps needed."""
-        return self.chunk_per_chain or max(1, self.sampler.n_samples // self.sampler.n_chains)
+        a time, so it fits in the memory the run's steps needed. None (all at once) without a sampler."""
+        if self.chunk_per_chain is not None or self.sampler is None:
+            return self.chunk_per_chain
+        return max(1, self.sampler.n_samples // self.sampler.n_chains)
 
 
 def sums_exactly(problem: Problem) -> bool:
