@@ -143,12 +143,14 @@ def check_variance(final_variance, variances: list[float], energy, n_sites):
 
 
 def check_relative_error(relative_error, sector_relative_error=None):
-    """Judged against the lowest exact level of the model's sector where it is known: a run in a
-    sector that misses the ground state gets the `sector` warning, not this one for the gap."""
-    against = "the exact ground energy" if sector_relative_error is None else "its sector's lowest exact level"
-    error = relative_error if sector_relative_error is None else sector_relative_error
+    """Judged against the lowest exact level of the model's sector where that is not the ground
+    energy: a run in a sector that misses the ground state gets the `sector` warning, not this
+    one for the gap."""
+    in_sector = sector_relative_error is not None and sector_relative_error != relative_error
+    error = sector_relative_error if in_sector else relative_error
     if error is None or not error > RELATIVE_ERROR_MAX:
         return None
+    against = "its sector's lowest exact level" if in_sector else "the exact ground energy"
     return "relative_error", f"relative error {error:.2e} against {against} is above {RELATIVE_ERROR_MAX:g}"
 
 

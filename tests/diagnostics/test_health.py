@@ -85,6 +85,7 @@ def test_relative_error_of_a_run_in_a_sector_is_judged_against_its_sector():
     name, message = health.check_relative_error(0.16, 0.12)
     assert name == "relative_error" and "1.20e-01 against its sector's lowest exact level" in message
     assert "against the exact ground energy" in health.check_relative_error(0.2)[1]
+    assert "against the exact ground energy" in health.check_relative_error(0.2, 0.2)[1]  # the same level
 
 
 def test_cg_at_its_iteration_limit_is_optional():
