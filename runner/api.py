@@ -225,18 +225,17 @@ class TrainedRun:
             value = observe.expect(obs, self._problem, self.params, sigma_CxTxN, w_CxT)[
                 observable if isinstance(observable, str) else "expression"]
             return Estimate(value["mean"], value["error"])
-        T = sigma_CxTxN.shape[1]
-        if ("energy", T) not in self._statistics:
-            self._statistics["energy", T] = _energy_statistics(self._problem, T)
-        stats = self._statistics["energy", T](self.params, sigma_CxTxN, w_CxT)
+        if "energy" not in self._statistics:  # one jitted function: it compiles once per sample count
+            self._statistics["energy"] = _energy_statistics(self._problem)
+        stats = self._statistics["energy"](self.params, sigma_CxTxN, w_CxT)
         return Estimate(float(jax.numpy.real(stats.mean)), float(stats.error_of_mean))
 
 
-def _energy_statistics(problem, T: int):
+def _energy_statistics(problem):
     """(params, sigma [C, T, N] of |psi|^2 or a full sum's, its weights [C, T] or None) -> Stats of
     E_loc (jitted), by the runner's own `local_energies`, at most as many samples at once as
-    the run's steps evaluated (its `chunk_size`, else its n_samples): any `n_samples` fits in the
-    memory the run needed."""
+    the run's steps evaluated (`Problem.per_chain_at_once`; a last block that does not fill is
+    padded): any `n_samples` fits in the memory the run needed."""
     import dataclasses
 
     import jax
@@ -244,9 +243,7 @@ def _energy_statistics(problem, T: int):
     from runner.core import stats
     from runner.core.local_energy import local_energies
 
-    at_once = problem.per_chain_at_once
-    per_chain = max(t for t in range(1, min(at_once, T) + 1) if T % t == 0)  # a divisor of T
-    chunked = dataclasses.replace(problem, chunk_size=per_chain * problem.sampler.n_chains)
+    chunked = dataclasses.replace(problem, chunk_size=problem.per_chain_at_once * problem.sampler.n_chains)
     return jax.jit(lambda params, sigma_CxTxN, w_CxT: stats.statistics(
         local_energies(chunked, params, sigma_CxTxN), w_CxT, True))
 

@@ -76,17 +76,21 @@ def test_expect_energy_agrees_with_the_summary(ising):
 
 def test_expect_energy_evaluates_as_many_samples_at_once_as_a_step(ising):
     """expect(n) takes E_loc in blocks of the run's n_samples (memory of one step, not n / n_samples
-    times more): the same mean and error as E_loc of every sample at once."""
+    times more), the last block padded when they do not divide n: the same mean and error as E_loc
+    of every sample at once."""
     from runner import api
     from runner.core import stats
 
     run = runner.load(ising)
-    sigma_CxTxN = np.asarray(run.sample(4096)).reshape(8, 512, -1)
-    blocked = api._energy_statistics(run._problem, 512)(run.params, sigma_CxTxN, None)
-    whole = stats.statistics(jnp.asarray(run.local_energies(sigma_CxTxN.reshape(4096, -1)).reshape(8, 512)), None, True)
-    assert float(jnp.real(blocked.mean)) == pytest.approx(float(jnp.real(whole.mean)), rel=1e-12)
-    assert float(blocked.error_of_mean) == pytest.approx(float(whole.error_of_mean), rel=1e-9)
-    assert run._problem.sampler.n_samples == 512  # so 8 blocks of 64 samples per chain
+    statistics = api._energy_statistics(run._problem)
+    for T in (512, 500):  # 8 blocks of 64 samples per chain; 7 and a padded one
+        sigma_CxTxN = np.asarray(run.sample(8 * T)).reshape(8, T, -1)
+        blocked = statistics(run.params, sigma_CxTxN, None)
+        whole = stats.statistics(jnp.asarray(run.local_energies(sigma_CxTxN.reshape(8 * T, -1)).reshape(8, T)),
+                                 None, True)
+        assert float(jnp.real(blocked.mean)) == pytest.approx(float(jnp.real(whole.mean)), rel=1e-12)
+        assert float(blocked.error_of_mean) == pytest.approx(float(whole.error_of_mean), rel=1e-9)
+    assert run._problem.sampler.n_samples == 512  # so blocks of 64 samples per chain
 
 
 def exact_expectation(run, terms_on_sites, rotated_sites=()):

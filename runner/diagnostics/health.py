@@ -257,8 +257,8 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
 
     Args:
         summary: summary.json's fields (`energy`, `energy_error`, `variance`, `acceptance`,
-            `r_hat`, `exact_energy`, `relative_error`, `sector_relative_error`, `n_sites`, `peak_check`; any may be None
-            or missing).
+            `r_hat`, `exact_energy`, `relative_error`, `sector_relative_error`, `n_sites`,
+            `peak_check`; any may be None or missing).
         records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters`,
             `ess_fraction` and `rejected`).
         metropolis: the sampler is a Metropolis sampler (the acceptance check applies).
