@@ -6,6 +6,14 @@ from pathlib import Path
 
 import pytest
 
+# One compilation cache for the whole session, in-process and in every runner the tests start (they
+# inherit the environment): the many runs of the same few configs compile each program once. The
+# size limit turns on JAX's file lock, so concurrent workers never read a half-written entry.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
+
 from runner.parallel.runtime import configure_runtime  # noqa: E402  imports jax, starts no backend
 
 configure_runtime()

@@ -315,7 +315,9 @@ def test_ctrl_c_checkpoints_at_the_next_step_and_exits_130(tmp_path):
 
 
 def test_a_second_ctrl_c_aborts_at_once(tmp_path):
-    proc = start_run(STOP, tmp_path)
+    # steps of about a second each, so the second Ctrl-C lands within the step the first one waits
+    # for, however fast the compilation (a warm compilation cache makes it milliseconds)
+    proc = start_run([*STOP, "sampler.sweep_size=2400"], tmp_path)
     assert wait_for(proc, log_says(tmp_path, "run directory:"))
     proc.send_signal(signal.SIGINT)
     time.sleep(0.2)
