@@ -11,16 +11,13 @@ from runner.errors import ConfigError
 from runner.physics import replicas, spectrum
 from runner.physics.hilbert import Hilbert
 
-SECTOR_COUNT_MAX = 2**16  # spaces up to this many states count a sector's dimension; larger ones their Sz states
-
 
 def capacity(hilbert: Hilbert, sector) -> int:
-    """How many states the model can hold: the dimension of its sector (`sector`, where the space
-    has at most SECTOR_COUNT_MAX states), else the number of configurations of the space (its Sz
-    sector, if any)."""
-    if sector is None or hilbert.n_states > SECTOR_COUNT_MAX:
+    """How many states the model can hold: the dimension of its sector (`sector`), else the number
+    of configurations of the space (its Sz sector, if any)."""
+    if sector is None:
         return int(hilbert.n_states)
-    return int(spectrum.sector_basis(hilbert, sector).shape[1])
+    return spectrum.sector_dimension(hilbert, sector)
 
 
 def n_states_of(config: dict, the_task, hilbert: Hilbert, sector) -> int | None:

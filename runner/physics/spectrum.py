@@ -139,6 +139,47 @@ def sector_basis(hilbert: Hilbert, sector: Sector, group: SpaceGroup | None = No
     return _basis(orbits, chi_G)
 
 
+def sector_dimension(hilbert: Hilbert, sector: Sector, group: SpaceGroup | None = None) -> int:
+    """The sector's dimension without its basis, for a space of any size: the trace of its
+    projector, |G'|^-1 sum_g chi(g)* #{s : g s = s} over G' (G_k, then G_k F with a parity).
+
+    A permutation fixes the configurations constant on each of its cycles (with n_up spins up:
+    the sets of cycles whose lengths sum to n_up); a permutation times the flip, those alternating
+    along each cycle (2 per cycle where every cycle is even, none otherwise)."""
+    check_fits(hilbert, sector)
+    group = space_group(hilbert) if group is None else group
+    elements, chi_G = _full_characters(group, sector, sector.parity is not None)
+    cycles = [_cycle_lengths(perm) for perm in group.perm_ExN[elements]]
+    fixed = [_fixed_by_permutation(lengths, hilbert.n_up) for lengths in cycles]
+    if sector.parity is not None:
+        fixed += [2 ** len(lengths) if all(n % 2 == 0 for n in lengths) else 0 for lengths in cycles]
+    trace = sum(np.conj(chi) * count for chi, count in zip(chi_G, fixed)) / len(chi_G)
+    return int(round(float(np.real(trace))))
+
+
+def _cycle_lengths(perm) -> list:
+    """The lengths of the cycles of a permutation of the sites."""
+    seen, lengths = np.zeros(len(perm), bool), []
+    for start in range(len(perm)):
+        n, site = 0, start
+        while not seen[site]:
+            seen[site], site, n = True, perm[site], n + 1
+        if n:
+            lengths.append(n)
+    return lengths
+
+
+def _fixed_by_permutation(lengths: list, n_up: int | None) -> int:
+    """How many configurations (with `n_up` spins up, or any) are constant on every cycle."""
+    if n_up is None:
+        return 2 ** len(lengths)
+    ways = [1] + [0] * n_up  # ways[j]: sets of the cycles seen so far with j sites in all
+    for n in lengths:
+        for j in range(n_up, n - 1, -1):
+            ways[j] += ways[j - n]
+    return ways[n_up]
+
+
 def _basis(orbits: _Orbits, chi_G):
     """The orthonormal basis of the orbits' states with characters chi_G, sparse [D, d] on
     `orbits.codes_D` (columns in the order of their representatives' codes)."""

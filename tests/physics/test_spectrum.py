@@ -2,6 +2,7 @@
 sectors, and the known ground sectors of frustrated lattices."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -185,6 +186,37 @@ def test_lowest_levels_in_a_sector_are_its_dense_levels(name):
         dense = np.linalg.eigvalsh(V.conj().T @ H @ V)[:3]
         np.testing.assert_allclose(spectrum.lowest_levels_in(ham, hilbert, 3, sector), dense, atol=1e-9)
         assert spectrum.sector_matrix(ham, hilbert, sector).shape[0] == V.shape[1]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sector_dimension_by_characters_is_the_basis_size(name):
+    """The character formula (fixed configurations by cycle type) gives every sector's dimension,
+    with and without parity, as the orbits' basis does."""
+    hilbert = CASES[name][0]()
+    group = symmetry.space_group(hilbert)
+    listed = symmetry.sectors(hilbert, parity=bool(symmetry.parities(hilbert)), stars=False, group=group)
+    if symmetry.parities(hilbert):
+        listed += symmetry.sectors(hilbert, stars=False, group=group)
+    for sector in listed:
+        assert spectrum.sector_dimension(hilbert, sector, group) == spectrum.sector_basis(hilbert, sector, group).shape[1]
+
+
+def test_sector_dimension_of_a_space_too_large_to_enumerate():
+    """6x6 square, Sz = 0 (9.1e9 configurations): the dimensions of the momentum sectors without a
+    point group (translations only, every element's cycles known) are Burnside's counts; the trivial
+    sector of the full space group lies near C(36, 18) / (36 * 8 * 2)."""
+    space = hb.square(6, total_sz=0)
+    trivial = symmetry.Sector(momentum=(0, 0), irrep="A1", parity=1)
+    d = spectrum.sector_dimension(space, trivial)
+    assert abs(d / (9075135300 / 576) - 1) < 0.01
+    chain = hb.chain(24, total_sz=0)  # translations: k = 0 holds sum over divisors, by Burnside
+    burnside = sum(_euler_phi(24 // c) * math.comb(c, c // 2) for c in range(2, 25, 2) if 24 % c == 0) // 24
+    k0 = [s for s in symmetry.sectors(chain, stars=False) if s.momentum == (0,)]
+    assert sum(spectrum.sector_dimension(chain, s) for s in k0) == burnside
+
+
+def _euler_phi(n):
+    return sum(1 for j in range(1, n + 1) if math.gcd(j, n) == 1)
 
 
 @pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric_h", "h_without_the_symmetry"])
