@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-# One compilation cache for the whole session, in-process and in every runner the tests start (they
-# inherit the environment): the many runs of the same few configs compile each program once. Programs
-# that compile in under 30 ms (single operations) are left out: they are many, and the size limit,
-# which turns on JAX's file lock (no worker reads a half-written entry), scans the cache on every write.
+# A compilation cache for the runners the tests start (they inherit the environment): the many runs of
+# the same few configs compile each program once. The size limit turns on JAX's file lock (no process
+# reads a half-written entry) but scans the cache on every write, so the test processes themselves,
+# whose programs are mostly each compiled once, keep the cache off (below).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.03")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
@@ -22,6 +22,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_enable_compilation_cache", False)
 
 REPO = Path(__file__).resolve().parent.parent
 
