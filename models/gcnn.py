@@ -33,6 +33,11 @@ class GroupTables:
         chi: chi(g) of each element of `little` (complex).
         parity: the sector's spin-flip parity, or None.
         sector: the `Sector` these tables hold (None: the trivial one of the whole group).
+        cells: the translations' grid (L_1, ..., L_d) when the group is every point operation
+            times every translation, each a distinct element, so that a convolution is cyclic
+            in the translations (`grid` set); () otherwise.
+        grid: G positions p T + t of the elements on the [P, T] grid of point operation p and
+            flat translation t (T = prod(cells)); () when `cells` is.
     """
 
     n_sites: int
@@ -43,6 +48,8 @@ class GroupTables:
     chi: tuple
     parity: int | None
     sector: Any
+    cells: tuple = ()
+    grid: tuple = ()
 
     @property
     def n_elements(self) -> int:
@@ -63,9 +70,13 @@ class GroupTables:
         return w if self.parity is None else np.concatenate([w, self.parity * w])
 
 
-def group_tables(perm_ExN, elements, chi, parity=None, sector=None) -> GroupTables:
+def group_tables(perm_ExN, elements, chi, parity=None, sector=None, op_E=None, shift_ExD=None,
+                 cells=()) -> GroupTables:
     """GroupTables from a space group's rows [E, N] (duplicates allowed, row 0 the identity) and
-    a sector's little group (indices into those rows) with its characters.
+    a sector's little group (indices into those rows) with its characters. With each row's point
+    operation `op_E`, cell offset `shift_ExD` and the translations' grid `cells`
+    (`runner.physics.symmetry.SpaceGroup`), the tables also hold the grid the convolutions run
+    on by FFT (`GroupTables.grid`), when every row is a distinct element.
 
     Raises:
         ConfigError (sector): two elements that act alike carry different characters (no
@@ -93,9 +104,37 @@ def group_tables(perm_ExN, elements, chi, parity=None, sector=None) -> GroupTabl
             continue
         chi_of[g] = c
         little.append(g)
-    return GroupTables(n, tuple(tuple(int(i) for i in p) for p in perm_GxN.tolist()),
-                       tuple(tuple(r) for r in product), tuple(inverse), tuple(little),
-                       tuple(complex(chi_of[g]) for g in little), parity, sector)
+    tables = GroupTables(n, tuple(tuple(int(i) for i in p) for p in perm_GxN.tolist()),
+                         tuple(tuple(r) for r in product), tuple(inverse), tuple(little),
+                         tuple(complex(chi_of[g]) for g in little), parity, sector)
+    grid = _translation_grid(tables, index_E, op_E, shift_ExD, cells)
+    return tables if grid is None else dataclasses.replace(tables, cells=tuple(int(c) for c in cells), grid=grid)
+
+
+def _translation_grid(tables: GroupTables, index_E, op_E, shift_ExD, cells) -> tuple | None:
+    """The elements' positions p T + t on the [P, T] grid, or None when the rows are not each a
+    distinct element {R_p | t} of P x T, or when W(h^-1 g) is not a function of (p_h, p_g,
+    t_g - t_h) (checked on the whole product table: then the convolution is cyclic in t)."""
+    if op_E is None or len(index_E) != tables.n_elements or int(np.prod(cells, dtype=int)) < 2:
+        return None
+    cells = np.asarray(cells, int)
+    n_cells = int(np.prod(cells))
+    position = np.empty(tables.n_elements, int)
+    position[index_E] = np.asarray(op_E) * n_cells + np.ravel_multi_index(
+        tuple((np.asarray(shift_ExD) % cells).T), tuple(cells))
+    if sorted(position.tolist()) != list(range(tables.n_elements)):
+        return None
+    op, cell = np.divmod(position, n_cells)
+    offset = np.ravel_multi_index(tuple(((np.stack(np.unravel_index(cell[None, :], tuple(cells)))
+                                          - np.stack(np.unravel_index(cell[:, None], tuple(cells))))
+                                         % cells[:, None, None])), tuple(cells))  # [h, g]: t_g - t_h
+    key = (op[:, None] * len(op) + op[None, :]) * n_cells + offset
+    index_GxG = tables.conv_index_GxG()
+    first = np.full(len(op) ** 2 * n_cells, -1)
+    first[key.ravel()] = index_GxG.ravel()
+    if not np.array_equal(first[key], index_GxG):
+        return None
+    return tuple(int(p) for p in position)
 
 
 def tables_of(hilbert, sector) -> tuple:
@@ -118,14 +157,16 @@ def tables_of(hilbert, sector) -> tuple:
                                     "{momentum: [...], irrep: ..., parity: ...} when building the model directly")
     if not isinstance(sector, symmetry.Sector):
         sector = symmetry.parse_sector(sector, hilbert, key="sector", group=group)
+    grid = {"op_E": group.op_E, "shift_ExD": group.shift_ExD, "cells": group.extents}
     if sector is None:
-        return group_tables(group.perm_ExN, np.arange(len(group.perm_ExN)), np.ones(len(group.perm_ExN))), None
+        return group_tables(group.perm_ExN, np.arange(len(group.perm_ExN)), np.ones(len(group.perm_ExN)),
+                            **grid), None
     try:
         symmetry.check_fits(hilbert, sector)
         elements, chi = symmetry.characters(group, sector)
     except ValueError as err:
         raise ConfigError("sector", f"does not fit this lattice: {err}") from None
-    return group_tables(group.perm_ExN, elements, chi, sector.parity, sector), sector
+    return group_tables(group.perm_ExN, elements, chi, sector.parity, sector, **grid), sector
 
 
 @functools.lru_cache(maxsize=16)
@@ -153,13 +194,45 @@ def _features(params, sigma_BxN, tables: GroupTables, elements):
     f = real_times(sigma_BxN.astype(jnp.real(kernel0).dtype), expanded_NxGC)
     f = f.reshape(f.shape[0], len(inverse_GxN), -1) + bias0
     for layer, (kernel, bias) in enumerate(zip(kernels, biases), start=1):
-        columns = index_GxG[:, out] if layer == len(kernels) else index_GxG
+        elements_out = out if layer == len(kernels) else np.arange(n_elements)
+        if tables.grid:
+            f = _convolve_by_fft(log_cosh(f), kernel, tables, index_GxG, elements_out) + bias
+            continue
         # The convolution as one product of x [B, C_in G] with the [C_in G, G' C_out] matrix of
         # W(h^-1 g), gathered along the kernel's group axis (no transpose of the matrix).
+        columns = index_GxG[:, elements_out]
         matrix = jnp.take(jnp.swapaxes(kernel, 0, 1), columns, axis=1).reshape(n_elements * kernel.shape[1], -1)
         x = jnp.swapaxes(log_cosh(f), 1, 2).reshape(f.shape[0], -1)
         f = (x @ matrix).reshape(f.shape[0], columns.shape[1], -1) + bias
     return f
+
+
+def _convolve_by_fft(x_BxGxC, kernel_GxCxC, tables: GroupTables, index_GxG, elements_out):
+    """f_c'(g) = sum_{h, c} W_cc'(h^-1 g) x_c(h) at `elements_out` [B, G', C'], by FFT over the
+    translations: with h = (p_h, t_h) and g = (p_g, t_g) on the tables' grid, W(h^-1 g) is a
+    function of (p_h, p_g, t_g - t_h), so for each pair of point operations the sum over t_h is
+    a cyclic convolution, a product per momentum: T products of [B, P C] x [P C, P C'] instead of
+    one [B, G C] x [G C, G' C'] (G = P T)."""
+    cells, (batch, n_elements, c_in), c_out = tables.cells, x_BxGxC.shape, kernel_GxCxC.shape[2]
+    n_cells = math.prod(cells)
+    n_ops, axes = n_elements // n_cells, tuple(range(2, 2 + len(cells)))
+    position = np.asarray(tables.grid)
+    order_PxT = np.argsort(position).reshape(n_ops, n_cells)  # the element at each grid point
+    kernel_index = index_GxG[order_PxT[:, 0][:, None, None], order_PxT[None]]  # [p_h, p_g, t_g] with t_h = 0
+    x_grid = x_BxGxC[:, order_PxT.reshape(-1)].reshape(batch, n_ops, *cells, c_in)
+    k_grid = kernel_GxCxC[kernel_index.reshape(n_ops, n_ops, *cells)]  # [P, P, *cells, C, C']
+    real = not (jnp.iscomplexobj(x_grid) or jnp.iscomplexobj(k_grid))
+    x_hat = (jnp.fft.rfftn if real else jnp.fft.fftn)(x_grid, axes=axes)
+    k_hat = (jnp.fft.rfftn if real else jnp.fft.fftn)(k_grid, axes=axes)
+    momenta = x_hat.shape[2:2 + len(cells)]
+    n_momenta = math.prod(momenta)
+    x_hat = jnp.transpose(x_hat.reshape(batch, n_ops, n_momenta, c_in), (2, 0, 1, 3)).reshape(n_momenta, batch, -1)
+    k_hat = jnp.transpose(k_hat.reshape(n_ops, n_ops, n_momenta, c_in, c_out), (2, 0, 3, 1, 4))
+    y_hat = jnp.matmul(x_hat, k_hat.reshape(n_momenta, n_ops * c_in, n_ops * c_out))
+    y_hat = jnp.transpose(y_hat.reshape(n_momenta, batch, n_ops, c_out), (1, 2, 0, 3)).reshape(
+        batch, n_ops, *momenta, c_out)
+    y = jnp.fft.irfftn(y_hat, s=cells, axes=axes) if real else jnp.fft.ifftn(y_hat, axes=axes)
+    return y.reshape(batch, n_elements, c_out)[:, position[np.asarray(elements_out)]]
 
 
 def check_features(features) -> tuple:

@@ -1,5 +1,7 @@
 """The group-convolutional network: its group tables, equivariance, sectors, and against exact sums."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,11 +63,37 @@ def test_elements_that_act_alike_are_merged():
     """Rows given twice (as {R | t} on a small torus) become one element; characters that differ
     on them leave the sector empty: refused."""
     perm_ExN = np.array([[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]])
-    tables = group_tables(perm_ExN, [0, 1, 2, 3], np.ones(4))
+    tables = group_tables(perm_ExN, [0, 1, 2, 3], np.ones(4), op_E=[0, 0, 0, 1], shift_ExD=[[0], [1], [2], [0]],
+                          cells=(3,))
     assert tables.n_elements == 3 and tables.little == (0, 1, 2)
+    assert tables.grid == () and tables.cells == ()  # not P x T distinct elements: the dense product
     with pytest.raises(ConfigError) as info:
         group_tables(perm_ExN, [0, 3], np.array([1.0, -1.0]))
     assert info.value.key == "sector"
+
+
+@pytest.mark.parametrize("name,sector,dtype", [
+    ("triangular3", None, jnp.float64), ("kagome2", B1, jnp.complex128), ("chain6", None, jnp.float64),
+    ("square4", {"momentum": [0, 2], "irrep": "B2", "parity": -1}, jnp.complex128)])
+def test_the_convolutions_by_fft_are_the_dense_products(name, sector, dtype):
+    """Each of these groups is every point operation times every translation, so the tables hold
+    the grid and the convolutions run by FFT over the translations; psi is the dense product's
+    (the tables without the grid) to rounding, at every depth; psi, a sum with cancellations, to
+    1e-10 of its largest amplitude."""
+    hilbert = LATTICES[name]()
+    model, params = _model(hilbert, sector, features=(3, 2, 2), dtype=dtype, scale=1.0)
+    tables = model.hilbert
+    assert tables.cells == tuple(hilbert.shape) and sorted(tables.grid) == list(range(tables.n_elements))
+    dense = GCNN(features=(3, 2, 2), sector=tables.sector, param_dtype=dtype,
+                 hilbert=dataclasses.replace(tables, cells=(), grid=()))
+    sigma = _random_states(hilbert.n_sites, 8, total_sz=0 if hilbert.n_sites % 2 == 0 else None)
+    for n_layers in (2, 3):
+        by_fft, by_product = (np.asarray(m.apply({"params": params}, sigma, n_layers, tables.little,
+                                                 method=GCNN.features_xGxC)) for m in (model, dense))
+        np.testing.assert_allclose(by_fft, by_product, rtol=0, atol=1e-12 * np.max(np.abs(by_product)))
+    log_psi, log_psi_dense = (np.asarray(m.apply({"params": params}, sigma)) for m in (model, dense))
+    top = np.max(log_psi_dense.real)
+    np.testing.assert_allclose(np.exp(log_psi - top), np.exp(log_psi_dense - top), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["kagome2", "triangular3"])
