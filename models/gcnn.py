@@ -70,7 +70,7 @@ class GroupTables:
         return w if self.parity is None else np.concatenate([w, self.parity * w])
 
 
-def group_tables(perm_ExN, elements, chi, parity=None, sector=None, op_E=None, shift_ExD=None,
+def group_tables(perm_ExN, elements, chi, parity=None, sector=None, *, op_E=None, shift_ExD=None,
                  cells=()) -> GroupTables:
     """GroupTables from a space group's rows [E, N] (duplicates allowed, row 0 the identity) and
     a sector's little group (indices into those rows) with its characters. With each row's point
