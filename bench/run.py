@@ -58,7 +58,7 @@ CASES = {
 }
 SIZES = {"tfim1d": 20, "heis1d": 16, "tfim2d": 36}
 RBM_CASES = tuple(CASES)  # the side-by-side table of this script; bench/gcnn.py times the GCNN case
-# The GCNN of issue 38 on the 6 x 6 triangular lattice (bench/gcnn.py): more parameters than samples, so SR
+# The GCNN on the 6 x 6 triangular lattice (bench/gcnn.py): more parameters than samples, so SR
 # in sample space (minsr), NetKet's VMC_SR choosing the same (its NTK form).
 CASES["gcnn_tri6"] = ["hilbert=triangular", "hilbert.L=6", "hilbert.total_sz=0", "hamiltonian=heisenberg", "model=gcnn",
                       "model.features=[8,8]", "dtype=complex128", "sampler=metropolis_exchange",
