@@ -14,6 +14,11 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.03")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
 
+# LLVM at -O1 for every program the tests compile (the runners they start inherit it): the golden runs
+# stay bit for bit (tests/integration/test_golden.py), compiling is faster and running no slower.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=1".strip()
+
 from runner.parallel.runtime import configure_runtime  # noqa: E402  imports jax, starts no backend
 
 configure_runtime()
