@@ -44,6 +44,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from run import write_section  # noqa: E402  (bench/run.py)
+
 WARMUP = 10
 L = 6
 N_SAMPLES, N_CHAINS, N_DISCARD, SWEEP = 256, 16, 5, 36
@@ -358,13 +360,6 @@ def render(rows, args, env):
     return "\n".join(lines)
 
 
-def replace_section(text, section):
-    """`text` with the section between this script's markers replaced (appended when absent)."""
-    block = f"{SECTION_START}\n{section.rstrip()}\n{SECTION_END}\n"
-    if SECTION_START in text and SECTION_END in text:
-        head, rest = text.split(SECTION_START, 1)
-        return head + block + rest.split(SECTION_END, 1)[1]
-    return text.rstrip("\n") + "\n\n" + block
 
 
 def main(argv=None):
@@ -403,8 +398,7 @@ def main(argv=None):
     section = render(rows, args, env)
     print(section)
     if args.write:
-        path = Path(args.write)
-        path.write_text(replace_section(path.read_text() if path.exists() else "", section))
+        write_section(args.write, section, SECTION_START, SECTION_END)
 
 
 if __name__ == "__main__":

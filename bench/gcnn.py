@@ -74,13 +74,6 @@ def render(runs, args):
     return "\n".join(lines)
 
 
-def replace_section(text, section):
-    """`text` with the section between this script's markers replaced, or appended."""
-    block = f"{START}\n{section.rstrip()}\n{END}\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        return head + block + rest.split(END, 1)[1].lstrip("\n")
-    return text.rstrip("\n") + "\n\n" + block
 
 
 def main(argv=None):
@@ -95,8 +88,7 @@ def main(argv=None):
     section = render(measure(args.seeds, args.netket_python, args.n_iter), args)
     print(section)
     if args.write:
-        path = Path(args.write)
-        path.write_text(replace_section(path.read_text() if path.exists() else "", section))
+        bench.write_section(args.write, section, START, END)
 
 
 if __name__ == "__main__":

@@ -349,6 +349,21 @@ def main(argv=None):
         path.write_text(replace_section(path.read_text() if path.exists() else "", table))
 
 
+def write_section(path, section, start, end):
+    """Writes `section` between the markers `start` and `end` of the markdown file `path` (see `replace_marked`)."""
+    path = Path(path)
+    path.write_text(replace_marked(path.read_text() if path.exists() else "", section, start, end))
+
+
+def replace_marked(text, section, start, end):
+    """`text` with the part between the markers `start` and `end` replaced by `section`, or appended when absent."""
+    block = f"{start}\n{section.strip()}\n{end}"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        return head + block + rest.split(end, 1)[1]
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
 def replace_section(text, section):
     """`text` with its generated side-by-side section replaced by `section` (wrapped in markers).
 

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from run import PEAK_WRAPPER, WARMUP, mean_step_seconds, process_env  # noqa: E402
+from run import PEAK_WRAPPER, WARMUP, mean_step_seconds, process_env, write_section  # noqa: E402
 
 BASE = {"L": 32, "alpha": 2, "n_samples": 1024}
 COMMON = ["hilbert=chain", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "dtype=float64",
@@ -133,13 +133,6 @@ def render(rows, args):
     return "\n".join(lines) + "\n"
 
 
-def replace_section(text, section):
-    """`text` with the section between this script's markers replaced (appended when absent)."""
-    block = f"{SECTION_START}\n{section.rstrip()}\n{SECTION_END}\n"
-    if SECTION_START in text and SECTION_END in text:
-        head, rest = text.split(SECTION_START, 1)
-        return head + block + rest.split(SECTION_END, 1)[1]
-    return text.rstrip("\n") + "\n\n" + block
 
 
 def plan(blocks, n_iter):
@@ -183,8 +176,7 @@ def main(argv=None):
     section = render(rows, args)
     print(section)
     if args.write:
-        path = Path(args.write)
-        path.write_text(replace_section(path.read_text() if path.exists() else "", section))
+        write_section(args.write, section, SECTION_START, SECTION_END)
 
 
 if __name__ == "__main__":

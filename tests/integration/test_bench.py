@@ -183,15 +183,25 @@ def test_deep_variants_differ_only_in_what_they_name():
     assert (row["vmc"], row["nk"]) == ("vmc 2", "nk 2 xla") and row["ratio"] == pytest.approx(0.5)
 
 
-def test_deep_and_scaling_sections_replace_only_their_own_part():
+def test_deep_and_scaling_sections_replace_only_their_own_part(tmp_path):
     deep, scaling = _load("deep"), _load("scaling")
     text = "# Title\n\nintro\n\n## Other\n\nkept\n"
-    once = scaling.replace_section(deep.replace_section(text, "## Deep\n\nfirst\n"), "## Scaling\n\nA\n")
+    path = tmp_path / "benchmarks.md"
+    path.write_text(text)
+
+    def write(script, section):
+        bench.write_section(path, section, script.SECTION_START, script.SECTION_END)
+        return path.read_text()
+
+    write(deep, "## Deep\n\nfirst\n")
+    once = write(scaling, "## Scaling\n\nA\n")
     assert once.startswith(text.rstrip("\n")) and "first" in once and "A" in once
-    twice = deep.replace_section(scaling.replace_section(once, "## Scaling\n\nB\n"), "## Deep\n\nsecond\n")
+    write(scaling, "## Scaling\n\nB\n")
+    twice = write(deep, "## Deep\n\nsecond\n")
     assert "first" not in twice and "A\n" not in twice and "second" in twice and "B" in twice
     assert twice.count("## Other") == 1 and twice.count(deep.SECTION_START) == 1
     assert twice.count(scaling.SECTION_START) == 1
+    assert write(deep, "## Deep\n\nsecond\n") == twice, "writing the same section again changes nothing"
 
 
 def test_scaling_points_vary_one_knob_each():
