@@ -360,8 +360,6 @@ def render(rows, args, env):
     return "\n".join(lines)
 
 
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["netket"]:

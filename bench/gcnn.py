@@ -74,8 +74,6 @@ def render(runs, args):
     return "\n".join(lines)
 
 
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

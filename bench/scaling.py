@@ -133,8 +133,6 @@ def render(rows, args):
     return "\n".join(lines) + "\n"
 
 
-
-
 def plan(blocks, n_iter):
     """[(block, value, overrides, layout)] of every point, in order."""
     points = []
