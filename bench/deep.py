@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from run import write_section  # noqa: E402  (bench/run.py)
+from run import cpu_name, write_section  # noqa: E402  (bench/run.py)
 
 WARMUP = 10
 L = 6
@@ -306,10 +306,7 @@ def render(rows, args, env):
     import jax
     from run import process_settings
 
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
+    cpu = cpu_name()
     settings = ", ".join(f"`{k}={v}`" for k, v in process_settings(env).items())
     solver = next(x["solver"] for v, data in rows[0]["variants"].items() if VARIANTS[v][0] == "nk"
                   for x in data["runs"])

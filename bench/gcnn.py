@@ -53,10 +53,7 @@ def render(runs, args):
     """The markdown section (no `## ` headings)."""
     import jax
 
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
+    cpu = bench.cpu_name()
     med = {side: statistics.median(r["s_per_iter"] for r in side_runs) for side, side_runs in runs.items()}
     best = min(("nk_dense", "nk_cg"), key=med.get)
     command = "python bench/gcnn.py --seeds " + " ".join(map(str, args.seeds)) + (
@@ -66,8 +63,9 @@ def render(runs, args):
              f"(its own venv); {bench.case_n_iter(CASE, args.n_iter)} steps per run, the first {bench.WARMUP} untimed.",
              "", "| code | s/iter (median) | per run | compile + 1st iter s | final energy per site (± error) |",
              "|---|---|---|---|---|"]
+    n = bench.SIZES[CASE]
     for side, side_runs in runs.items():
-        energies = ", ".join(f"{r['energy'] / 36:.4f} ± {r['energy_error'] / 36:.4f}" for r in side_runs)
+        energies = ", ".join(f"{r['energy'] / n:.4f} ± {r['energy_error'] / n:.4f}" for r in side_runs)
         lines.append(f"| {SIDES[side]} | {med[side]:.3f} | {[round(r['s_per_iter'], 3) for r in side_runs]} | "
                      f"{statistics.median(r['compile_first'] for r in side_runs):.1f} | {energies} |")
     lines += ["", f"Ratio, vmc-runner to NetKet at its best ({SIDES[best]}): **{med['vmc'] / med[best]:.2f}**.", ""]

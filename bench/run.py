@@ -370,11 +370,9 @@ def replace_section(text, section):
     The section is found by its markers; a file without them (the first generated version) has
     it from the top down to its first `## ` heading. Everything else is kept.
     """
-    block = f"{SECTION_START}\n{section.rstrip()}\n{SECTION_END}\n"
     if SECTION_START in text and SECTION_END in text:
-        head, rest = text.split(SECTION_START, 1)
-        tail = rest.split(SECTION_END, 1)[1].lstrip("\n")
-        return head + block + ("\n" + tail if tail else "")
+        return replace_marked(text, section, SECTION_START, SECTION_END)
+    block = f"{SECTION_START}\n{section.rstrip()}\n{SECTION_END}\n"
     lines = text.splitlines(keepends=True)
     first_heading = next((i for i, line in enumerate(lines) if line.startswith("## ")), len(lines))
     rest = "".join(lines[first_heading:])
@@ -445,14 +443,19 @@ def paired_difference(ours, theirs, key="energy"):
     return statistics.mean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5, len(diffs)
 
 
+def cpu_name():
+    """The CPU's model name (/proc/cpuinfo), else what `platform` says."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
 def render(rows, netket, args, env):
     """The side-by-side section (markdown, no `## ` headings: `replace_section` relies on it)."""
     import jax
 
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
+    cpu = cpu_name()
     settings = ", ".join(f"`{k}={v}`" for k, v in process_settings(env).items())
     command = "python bench/run.py --seeds " + " ".join(map(str, args.seeds)) + (
         f" --n-iter {args.n_iter}" if args.n_iter else "")

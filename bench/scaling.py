@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from run import PEAK_WRAPPER, WARMUP, mean_step_seconds, process_env, write_section  # noqa: E402
+from run import PEAK_WRAPPER, WARMUP, mean_step_seconds, process_env, write_section, cpu_name  # noqa: E402
 
 BASE = {"L": 32, "alpha": 2, "n_samples": 1024}
 COMMON = ["hilbert=chain", "hamiltonian=ising", "hamiltonian.h=1.0", "model=rbm", "dtype=float64",
@@ -97,10 +97,7 @@ def run_point(overrides, layout, env):
 def machine():
     import jax
 
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
+    cpu = cpu_name()
     return f"{os.cpu_count()} CPU cores ({cpu}), Python {platform.python_version()}, jax {jax.__version__}"
 
 
