@@ -96,13 +96,28 @@ def _key_names(argv):
         option = chosen.get(head)
         if not rest or head not in groups or not option or option == "null":
             continue
-        path = conf / head / f"{option}.yaml"
-        node = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+        node = _option_node(head, option)
         sub = rest.partition(".")[0]
         if isinstance(node, dict) and node and sub not in node:
             instead = fingerprint.RETIRED_BY.get(f"{head}.{sub}")  # an old key: what replaced it
             raise ConfigError(f"{head}.{sub}", f"is not a key of {head}={option}; "
                                                f"{instead or _nearest(sub, set(node) - {'_target_'})}")
+
+
+def _option_node(group: str, option: str, seen=()) -> dict:
+    """conf/GROUP/OPTION.yaml's keys, with those of the options of the same group its defaults
+    list extends (e.g. sampler=full_sum_lattice: full_sum's keys and its own symmetry)."""
+    import yaml
+
+    path = Path(CONF_DIR) / group / f"{option}.yaml"
+    node = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    if not isinstance(node, dict):
+        return node
+    merged = {}
+    for entry in node.pop("defaults", None) or []:
+        if isinstance(entry, str) and entry not in ("_self_", *seen) and "/" not in entry:
+            merged.update(_option_node(group, entry, (*seen, option)))
+    return {**merged, **node}
 
 
 def run_id(env=None) -> str:

@@ -180,7 +180,8 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
     beyond the available memory."""
     if str(config["sampler"].get("_target_", "")).endswith("metropolis_exchange") and not pauli.conserves_sz(hamiltonian):
         raise ConfigError(
-            "sampler", "metropolis_exchange conserves Sz, which this Hamiltonian does not; use sampler=metropolis_local or sampler=exact"
+            "sampler", "metropolis_exchange conserves Sz, which this Hamiltonian does not; "
+            "use hilbert.total_sz=null sampler=metropolis_local"
         )
     if settings.exact is True:
         need, have = exact.required_bytes(hilbert), exact.available_bytes()

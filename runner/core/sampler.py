@@ -111,6 +111,15 @@ EXACT_SAMPLER_MAX_STATES = 2**16
 FULL_SUM_MAX_STATES = 2**16
 
 
+def markov_chain_advice(hilbert: Hilbert) -> str:
+    """What a refusal of sampler=exact or full_sum suggests: the Markov-chain sampler that builds
+    for this space (metropolis_local cannot keep a fixed hilbert.total_sz; metropolis_exchange
+    needs one)."""
+    if hilbert.total_sz is not None:
+        return "use sampler=metropolis_exchange (it keeps hilbert.total_sz fixed)"
+    return "use sampler=metropolis_local"
+
+
 def _check_counts(n_samples, n_chains):
     require_int("n_chains", n_chains, minimum=1)
     require_int("n_samples", n_samples, minimum=1)
@@ -201,7 +210,7 @@ def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16, machine_p
         raise ConfigError(
             "sampler",
             f"exact needs a Hilbert space of at most {EXACT_SAMPLER_MAX_STATES} states "
-            f"(this one has {hilbert.n_states}); use metropolis_local or metropolis_exchange",
+            f"(this one has {hilbert.n_states}); {markov_chain_advice(hilbert)}",
         )
     return ExactSampler(hilbert, n_samples, n_chains, _check_machine_pow(machine_pow))
 
@@ -221,7 +230,7 @@ def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_sam
         raise ConfigError(
             "sampler",
             f"full_sum needs a Hilbert space of at most {FULL_SUM_MAX_STATES} states "
-            f"(this one has {hilbert.n_states}); use metropolis_local or metropolis_exchange",
+            f"(this one has {hilbert.n_states}); {markov_chain_advice(hilbert)}",
         )
     states_DxN = all_states(hilbert)
     if symmetry == "none":
