@@ -12,12 +12,14 @@ def load(run_dir):
     return _load(run_dir)
 
 
-def run(overrides=(), run_dir=None):
+def run(overrides=(), run_dir=None, quiet=False):
     """Runs one experiment from Python, as `python -m runner OVERRIDES` does, and returns its
-    trained state (`runner.load`'s object). A bad config raises `runner.errors.ConfigError`.
+    trained state (`runner.load`'s object). It logs as the CLI: the progress and health warnings
+    to stderr (none with `quiet=True`) and RUN_DIR/cli.log, through Python's logging, for the
+    duration of the call. A bad config raises `runner.errors.ConfigError`.
 
     Imported on first use, like `load`.
     """
     from runner.api import run as _run
 
-    return _run(overrides, run_dir)
+    return _run(overrides, run_dir, quiet=quiet)

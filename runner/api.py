@@ -1,7 +1,10 @@
 """`runner.load(RUN_DIR)`: a trained run in Python: its config, parameters, log psi, samples, expectation values and metrics."""
 
+import contextlib
 import functools
 import json
+import logging
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -248,7 +251,7 @@ def _energy_statistics(problem):
         local_energies(chunked, params, sigma_CxTxN), w_CxT, True))
 
 
-def run(overrides=(), run_dir=None) -> TrainedRun:
+def run(overrides=(), run_dir=None, quiet=False) -> TrainedRun:
     """Runs an experiment from Python as `python -m runner OVERRIDES` does, and loads it.
 
     The config is composed from conf/ (`runner.cli.CONF_DIR`) with Hydra's compose API, its
@@ -256,10 +259,18 @@ def run(overrides=(), run_dir=None) -> TrainedRun:
     (skip, resume or start over, as the CLI would). Hydra's record of the composition
     (RUN_DIR/.hydra/config.yaml, overrides.yaml) is written as the CLI's Hydra writes it.
 
+    It logs as the CLI does, through Python's logging, for the duration of the call (`_run_logging`):
+    INFO and above (the header, the energy every tenth of the run, health warnings) appended to
+    RUN_DIR/cli.log in the CLI's format and printed to stderr; the handlers are removed afterwards,
+    so a second call prints nothing twice.
+
     Args:
         overrides: Hydra overrides, e.g. ["hilbert.L=8", "n_iter=20"] (no `hydra.` keys).
         run_dir: the run directory; None: outputs/<run id> under the working directory, as the CLI
             (`runner.cli.run_id`).
+        quiet: print nothing to stderr (cli.log is written all the same). A handler of your own
+            on the root logger that prints to stderr or stdout (`logging.basicConfig()`) takes
+            the place of the stderr one: no line twice.
 
     Returns:
         `load(run_dir)` of the finished run.
@@ -286,11 +297,76 @@ def run(overrides=(), run_dir=None) -> TrainedRun:
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError("overrides", f"cannot be composed ({' '.join(str(err).split())})") from None
     run_dir = Path(run_dir) if run_dir is not None else Path("outputs") / cli.run_id()
-    app.run(cfg, run_dir=str(run_dir), raise_config_errors=True)  # refuses before writing anything
+    with _run_logging(run_dir, quiet):
+        app.run(cfg, run_dir=str(run_dir), raise_config_errors=True)  # refuses before writing anything
     (run_dir / rundir.HYDRA).mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / rundir.CONFIG, resolve=True)
     OmegaConf.save(OmegaConf.create(overrides), run_dir / rundir.OVERRIDES)
     return load(run_dir)
+
+
+@contextlib.contextmanager
+def _run_logging(run_dir: Path, quiet: bool):
+    """The CLI's logging for one `run`: a handler appending INFO and above to RUN_DIR/cli.log
+    (`runner.cli.LOG_FILE`, `LOG_FORMAT`: what Hydra's job logging writes) and, unless `quiet`,
+    one printing them to stderr; the root logger at INFO meanwhile. Afterwards the handlers are
+    removed and the root's level restored. A config error leaves no log (nor the directories
+    it would have made): nothing is written before the config is valid."""
+    from runner import cli
+    from runner.lifecycle import rundir
+
+    root = logging.getLogger()
+    new = _missing_dirs(run_dir)  # what a config error removes again, as the CLI does
+    log_path = run_dir / cli.LOG_FILE
+    had_log = log_path.exists()
+    formatter = logging.Formatter(cli.LOG_FORMAT)
+    handlers = [_RunLog(log_path)]
+    if not quiet and not any(_prints(h) for h in root.handlers):
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        handler.setLevel(logging.INFO)
+        root.addHandler(handler)
+    level = root.level
+    root.setLevel(min(level, logging.INFO) if level != logging.NOTSET else logging.INFO)
+    try:
+        yield
+    except ConfigError:
+        handlers[0].close()
+        if not had_log and log_path.is_file():  # its lines (warnings before the refusal) were printed too
+            log_path.unlink()
+        rundir.remove_if_new(run_dir, new)
+        raise
+    finally:
+        root.setLevel(level)
+        for handler in handlers:
+            root.removeHandler(handler)
+            handler.close()
+
+
+def _missing_dirs(path: Path) -> set[Path]:
+    """`path` and its parents that do not exist yet (resolved)."""
+    path, missing = path.resolve(), set()
+    while not path.exists():
+        missing.add(path)
+        path = path.parent
+    return missing
+
+
+def _prints(handler) -> bool:
+    """Whether a handler of the user's already prints to the terminal (stderr or stdout)."""
+    return type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
+
+
+class _RunLog(logging.FileHandler):
+    """A FileHandler that opens RUN_DIR/cli.log on its first record, making the directory then."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, mode="a", delay=True)
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
 
 
 def load(run_dir) -> TrainedRun:

@@ -13,6 +13,10 @@ from runner.lifecycle.preemption import EXIT_INTERRUPTED
 from runner.parallel.runtime import configure_runtime
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# The CLI's log, RUN_DIR/cli.log: Hydra's job log (hydra/job_logging: default), named after the job,
+# which Hydra names after the file of the `@hydra.main` function, this one. `runner.run` writes the same.
+LOG_FILE = f"{Path(__file__).stem}.log"
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job_logging format
 
 
 def check_overrides(argv):
