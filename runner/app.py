@@ -263,6 +263,8 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     exact_energy = exact.energy
     _check_full_sum(experiment.problem, settings.seed)
     state, shardings, n_params, start = _start(experiment, layout, run_dir, resuming)
+    found = sector_check.exact_spectrum(experiment)  # before the first step; every process alike
+    sector_check.check_start(experiment, state, found, exact_energy)
     metrics_log = loop.MetricsLog(run_dir / rundir.METRICS, start, started=wall_start)
     if tracking is not None:
         metrics_log.tracking = tracking.open(start)
@@ -271,7 +273,7 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
         training = loop.train(experiment, layout, state, shardings, start, run_dir=run_dir,
                               metrics_log=metrics_log, stop=stop)
         final, observed, peak_check = finish.conclude(experiment, layout, training, shardings, run_dir, exact)
-        found = sector_check.exact_spectrum(experiment) if training.status == "completed" else None
+        found = found if training.status == "completed" else None
         sector = sector_check.relative_error(sector_check.fields(experiment, training.state, found, exact_energy),
                                              final.get("energy"))
         timings = Timings.of(training.step_times, training.compile_seconds, time.perf_counter() - wall_start)

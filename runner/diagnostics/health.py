@@ -19,6 +19,9 @@ COLLAPSE_STEPS = 20  # training stops when each of this many consecutive steps s
 DRIFT_SIGMAS = 5.0  # real-time evolution: an energy this many combined error bars from its value at t = 0 ...
 DRIFT_RELATIVE = 1e-3  # ... and this fraction of |E(0)| from it (a full sum has no error bars) is not conserved
 RESIDUAL_HIGH = 0.03  # TDVP residual r^2 above which the ansatz does not follow the state (docs/diagnostics.md)
+STUCK_SIGMAS = 2.0  # an energy within this many combined error bars of its first step's has not moved
+STUCK_MIN_STEPS = 10  # fewer steps are not judged by their energies (a debug run of two steps)
+ZERO_VARIANCE = 1e-20  # a first step's variance below this fraction of E^2 (rounding only): an eigenstate of H
 
 
 def _last(records, key):
@@ -154,6 +157,40 @@ def check_relative_error(relative_error, sector_relative_error=None):
     return "relative_error", f"relative error {error:.2e} against {against} is above {RELATIVE_ERROR_MAX:g}"
 
 
+def check_no_progress(records: list[dict]):
+    """A run that never left its start: the variance at its first step is zero (rounding aside;
+    the start is an eigenstate of H, whose gradient vanishes), or its last step's energy lies
+    within STUCK_SIGMAS combined error bars (and rounding) of its first step's, over at least
+    STUCK_MIN_STEPS steps. Its V-score then
+    says nothing about convergence: a start that is an eigenstate has a zero variance at any
+    energy. Records without an energy or an error bar are not judged."""
+    first = next((r for r in records if r.get("energy") is not None), None)
+    if first is None:
+        return None
+    e0, var0 = first["energy"], first.get("variance")
+    if var0 is not None and var0 <= ZERO_VARIANCE * max(e0**2, 1.0):
+        return ("no_progress", f"the variance was {var0:.1e} at the first step (step {first['step']}, E = {e0:.8g}): "
+                "the start is an eigenstate of H, which training cannot leave (its gradient vanishes); the V-score "
+                "is not a sign of convergence")
+    last = _last_with(records, ("energy", "energy_error"))
+    if last is None or first.get("energy_error") is None or last["step"] - first["step"] < STUCK_MIN_STEPS - 1:
+        return None
+    e1 = last["energy"]
+    bar = (first["energy_error"] ** 2 + last["energy_error"] ** 2) ** 0.5
+    if abs(e1 - e0) > STUCK_SIGMAS * bar + 1e-10 * abs(e0):
+        return None
+    return ("no_progress", f"the energy has not moved beyond its error bars since the first step: {e0:.8g} ± "
+            f"{first['energy_error']:.1e} at step {first['step']}, {e1:.8g} ± {last['energy_error']:.1e} at step "
+            f"{last['step']}: the run never left its start, and the V-score is not a sign of convergence")
+
+
+def _last_with(records, keys):
+    for record in reversed(records):
+        if all(record.get(k) is not None for k in keys):
+            return record
+    return None
+
+
 def check_cg(cg_iters: list[int], cg_maxiter: int | None):
     """Steps whose conjugate-gradient solve stopped at its iteration limit instead of converging."""
     cg_iters = [n for n in cg_iters if n is not None]
@@ -276,6 +313,7 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
                        energy if energy is not None else _last(records, "energy"), summary.get("n_sites")),
         check_relative_error(summary.get("relative_error"),
                              summary.get("sector_relative_error") if sectors.misses_ground(summary) else None),
+        check_no_progress(records),
         check_cg([r.get("cg_iters") for r in records], cg_maxiter),
         check_ess([r.get("ess_fraction") for r in records]),
         check_rejections(records),

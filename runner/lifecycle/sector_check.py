@@ -77,3 +77,18 @@ def write(run_dir, found) -> None:
     """Process 0 writes spectrum.json (`runner.physics.spectrum.to_json`) when there is a spectrum."""
     if found is not None and distributed.is_main():
         (run_dir / rundir.SPECTRUM).write_text(json.dumps(spectrum.to_json(*found), indent=1) + "\n")
+
+
+def check_start(experiment, state, found, exact_energy):
+    """Before the first step: the `sector` warning (`runner.diagnostics.sectors.check`), logged,
+    when the starting wavefunction's symmetry (weight sharing, `model.sector`) keeps it out of the
+    ground state's sector; returns it or None. `found` is `exact_spectrum`'s result, computed once
+    for the whole run. A collective where there is a spectrum: every process calls it."""
+    if found is None or exact_energy is None:
+        return None
+    warning = sectors.check({**fields(experiment, state, found, exact_energy), "exact_energy": exact_energy})
+    if warning is not None:
+        held = ("model.sector holds it there" if experiment.sector is not None else
+                "measured on the starting parameters: a model that does not enforce this symmetry may leave it")
+        log.warning("sector warning before the first step: %s (%s)", warning[1], held)
+    return warning

@@ -7,7 +7,7 @@ import statistics
 
 from runner.config import fingerprint
 from runner.core.estimate import final_burn_in
-from runner.diagnostics import health
+from runner.diagnostics import health, sectors
 from runner.parallel import distributed
 
 log = logging.getLogger(__name__)
@@ -139,21 +139,37 @@ def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict
 def report(summary: dict):
     """The summary on the console (the log): energy, exact energy, timings, reason, warnings."""
     lines = [f"status: {summary['status']}"]
+    stuck = any(w["name"] == "no_progress" for w in summary.get("warnings", []))
     if summary["energy"] is not None:
+        flag = ": not convergence, the run never left its start" if stuck else ""
         lines.append(f"energy: {summary['energy']:.10f} ± {summary['energy_error']:.2e}  "
-                     f"(V-score {summary['v_score']:.2e})")
+                     f"(V-score {summary['v_score']:.2e}{flag})")
     if summary["exact_energy"] is not None:
         lines.append(f"exact:  {summary['exact_energy']:.10f}")
-    if summary["relative_error"] is not None:
-        lines.append(f"relative error: {summary['relative_error']:.2e}")
     if summary["seconds_per_iter"] is not None:
         lines.append(f"time per iteration: {1e3 * summary['seconds_per_iter']:.2f} ms; "
                      f"compile {summary['compile_seconds']:.2f} s; wall {summary['wall_seconds']:.1f} s")
+    if summary["relative_error"] is not None:  # the last line: against the ground state and the sector's level
+        lines.append(relative_error_line(summary))
     for line in lines:
         log.info(line)
     if summary.get("reason"):
         log.warning("%s: %s", summary["status"], summary["reason"])
     log_warnings(summary)
+
+
+def relative_error_line(summary: dict) -> str:
+    """The relative error against the exact ground energy and, where the run's sector misses the
+    ground state, against the lowest exact level of that sector."""
+    line = f"relative error: {summary['relative_error']:.2e}"
+    in_sector = summary.get("sector_relative_error")
+    if in_sector is None:
+        return line
+    if not sectors.misses_ground(summary):
+        return f"{line} against the ground state, the lowest level the run's sector holds"
+    where = f"sector {summary['sector']}" if summary.get("sector") else "the sectors its symmetry allows"
+    return (f"{line} against the ground state ({summary['exact_energy']:.8f}), {in_sector:.2e} against the lowest "
+            f"level of {where} ({summary['sector_exact_energy']:.8f})")
 
 
 def log_warnings(summary: dict):

@@ -222,3 +222,49 @@ def test_time_evolution_acceptance_is_the_last_record_s():
     recs = trajectory([-1.0, -1.0], acceptance=0.001)
     assert [w["name"] for w in health.check_dynamics(recs, real_time=True)] == ["acceptance"]
     assert health.check_dynamics(recs, real_time=True, metropolis=False) == []
+
+
+# --- a run that never left its start (issue 56 item 5) ------------------------------------------
+
+def test_a_start_that_is_an_eigenstate_is_not_convergence(caplog):
+    """gcnn on the 6x6 triangular lattice: E = +108 exactly (the flat Sz = 0 state), variance 0."""
+    from runner.outputs import summary as summary_mod
+
+    flat = [{"step": i, "energy": 108.0, "energy_error": 0.0, "variance": 0.0} for i in range(50)]
+    summary = {**HEALTHY, "energy": 108.0, "energy_error": 0.0, "variance": 1e-12, "v_score": 1.2e-8,
+               "relative_error": None, "exact_energy": None, "n_sites": 36, "status": "completed",
+               "seconds_per_iter": None}
+    got = health.check(summary, flat)
+    assert [w["name"] for w in got] == ["no_progress"]
+    assert "eigenstate" in got[0]["message"] and "not a sign of convergence" in got[0]["message"]
+    summary["warnings"] = got
+    with caplog.at_level("INFO", logger="runner"):
+        summary_mod.report(summary)
+    assert "V-score 1.20e-08: not convergence" in caplog.text
+    assert "health warning [no_progress]" in caplog.text
+
+
+def test_an_energy_within_its_error_bars_of_its_start_has_not_moved():
+    stuck = [{"step": i, "energy": -44.0 + 0.01 * (i % 2), "energy_error": 0.05, "variance": 0.5} for i in range(40)]
+    got = health.check(HEALTHY, stuck)
+    assert [w["name"] for w in got] == ["no_progress"] and "has not moved beyond its error bars" in got[0]["message"]
+    moved = [{**r, "energy": -40.0 - 0.1 * r["step"]} for r in stuck]
+    assert health.check(HEALTHY, moved) == []
+    # exact sampler: no error bars, any change is a move
+    exact = [{"step": i, "energy": -44.0 - 1e-6 * i, "energy_error": 0.0, "variance": 0.5} for i in range(5)]
+    assert health.check(HEALTHY, exact) == []
+
+
+def test_a_healthy_report_does_not_flag_the_v_score(caplog):
+    from runner.outputs import summary as summary_mod
+
+    summary = {**HEALTHY, "v_score": 1e-3, "status": "completed", "seconds_per_iter": None, "warnings": []}
+    with caplog.at_level("INFO", logger="runner"):
+        summary_mod.report(summary)
+    assert "(V-score 1.00e-03)" in caplog.text and "not convergence" not in caplog.text
+
+
+def test_a_short_run_is_not_judged_by_its_energies():
+    short = [{"step": i, "energy": -44.0, "energy_error": 0.05, "variance": 0.5} for i in range(health.STUCK_MIN_STEPS - 1)]
+    assert health.check(HEALTHY, short) == []
+    assert names(HEALTHY, [*short, {**short[-1], "step": health.STUCK_MIN_STEPS - 1}]) == ["no_progress"]
