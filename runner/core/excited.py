@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import small_linalg
+from models.determinant import Determinant
 from runner.core import local_energy
 from runner.physics.pauli import PauliSum
 
@@ -139,3 +140,36 @@ def state_expectations(m_CxTxKxK, o_CxTxKxK, w_CxT=None):
     rest = np.array([_diagonal_in_eigenbasis(m_C.sum(0) - m_C[c], (o_C.sum(0) - o_C[c]) / (weight_C.sum() - weight_C[c]))
                      for c in range(n_chains)])
     return values, _jackknife_error(rest)
+
+
+def eigenstate_coefficients(m_CxTxKxK, w_CxT=None) -> np.ndarray:
+    """[K, K]: row k the coefficients c_kj of eigenstate k = sum_j c_kj psi_j in the span of the K
+    states (ascending energies' order, that of `levels`): with the mean matrix M = C diag(E) C^-1
+    (`levels`' matrix, of the same samples and weights), row k of C^-1. Each row is scaled to a
+    largest |c| of 1 (a state's normalisation is free)."""
+    m = np.asarray(m_CxTxKxK)
+    w = np.full(m.shape[:2], 1.0) if w_CxT is None else np.asarray(w_CxT, float)
+    mean = np.einsum("ct,ctij->ij", w, m) / w.sum()
+    rows = np.linalg.inv(_eigenvectors(mean))
+    return rows / np.max(np.abs(rows), axis=1, keepdims=True)
+
+
+class Combination(Determinant):
+    """One eigenstate sum_j c_j psi_j of the K states of a `Determinant` (the same parameters), a
+    wavefunction of one copy's N sites: log psi = log sum_j exp(log c_j + log psi_j), complex."""
+
+    coefficients: tuple = ()
+    """c_j, K complex numbers (`eigenstate_coefficients`' row)."""
+
+    @property
+    def holomorphic(self) -> bool:
+        return getattr(self.base, "holomorphic", False)
+
+    def __call__(self, sigma_xN):
+        l_xK = self.each(sigma_xN)
+        c_K = jnp.asarray(self.coefficients, jnp.complex128 if l_xK.dtype == jnp.float64 or
+                          l_xK.dtype == jnp.complex128 else jnp.complex64)
+        a_xK = l_xK.astype(c_K.dtype) + jnp.where(c_K == 0, -jnp.inf, jnp.log(jnp.where(c_K == 0, 1, c_K)))
+        r_x = jax.lax.stop_gradient(jnp.max(jnp.real(a_xK), axis=-1))
+        r_x = jnp.where(jnp.isfinite(r_x), r_x, 0.0)
+        return r_x + jnp.log(jnp.sum(jnp.exp(a_xK - r_x[..., None]), axis=-1))

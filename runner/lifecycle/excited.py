@@ -5,6 +5,7 @@ of the system, then the final estimate of the levels from the local energy matri
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import sys
 import time
@@ -145,9 +146,11 @@ def level_fields(m_CxSxKxK, n_sites: int, exact: list | None = None) -> dict:
     matrices, with `exact_levels` and relative errors where `exact` gives them."""
     found = excited.levels(m_CxSxKxK)
     variances = excited.state_variances(m_CxSxKxK)
+    coefficients = excited.eigenstate_coefficients(m_CxSxKxK)
     states = [{"energy": finite(e), "energy_error": finite(err), "variance": finite(var),
-               "v_score": finite(v_score(n_sites, e, var) or np.nan)}
-              for e, err, var in zip(found.energies, found.energy_errors, variances)]
+               "v_score": finite(v_score(n_sites, e, var) or np.nan),
+               "coefficients": [[float(c.real), float(c.imag)] for c in row]}
+              for e, err, var, row in zip(found.energies, found.energy_errors, variances, coefficients)]
     gaps = [{"gap": finite(g), "gap_error": finite(err)} for g, err in zip(found.gaps, found.gap_errors)]
     return with_exact({"states": states, "gaps": gaps}, exact)
 
@@ -165,6 +168,48 @@ def with_exact(fields: dict, exact: list | None) -> dict:
         exact_gap = exact[k] - exact[0]
         gap.update(exact_gap=exact_gap, relative_error=relative_error(gap["gap"], exact_gap))
     return out
+
+
+OFF_BY = 3.0  # error bars: a level or gap further than this from its exact value is not converged
+DRIFT_SIGMAS = 3.0  # standard errors: a trace falling by more over the last tenth of the run is still converging
+
+
+def drift_of_last_tenth(records: list[dict]) -> tuple[float, float] | None:
+    """(drift, its standard error) of the trace's energy over the last tenth of the steps (at least 10):
+    the mean of that tenth's second half minus its first half's, the error from the steps' scatter."""
+    energies = np.array([r["energy"] for r in records if isinstance(r.get("energy"), (int, float))], float)
+    energies = energies[np.isfinite(energies)]
+    tenth = max(len(energies) // 10, 10)
+    if len(energies) < tenth or tenth < 4:
+        return None
+    first, second = np.array_split(energies[-tenth:], 2)
+    error = np.sqrt(first.var(ddof=1) / len(first) + second.var(ddof=1) / len(second))
+    return float(second.mean() - first.mean()), float(error)
+
+
+def convergence_warning(result: dict, records: list[dict]) -> dict | None:
+    """One `excited_unconverged` warning ({name, message}) for summary.json's warnings and the log, or
+    None: the levels and gaps more than OFF_BY error bars from their exact values (where known), and
+    the trace (the sum of the levels) still falling over the last tenth of the run (a drift of more
+    than DRIFT_SIGMAS standard errors)."""
+    off = []
+    for k, state in enumerate(result.get("states", [])):
+        exact, e, err = state.get("exact_energy"), state.get("energy"), state.get("energy_error")
+        if None not in (exact, e, err) and abs(e - exact) > OFF_BY * err:
+            off.append(f"E_{k} {e:.6f} ± {err:.1e} against exact {exact:.6f} ({abs(e - exact) / err:.0f} error bars)")
+    for k, gap in enumerate(result.get("gaps", []), start=1):
+        exact, g, err = gap.get("exact_gap"), gap.get("gap"), gap.get("gap_error")
+        if None not in (exact, g, err) and abs(g - exact) > OFF_BY * err:
+            off.append(f"E_{k} - E_0 {g:.6f} ± {err:.1e} against exact {exact:.6f} "
+                       f"({abs(g - exact) / err:.0f} error bars)")
+    drift = drift_of_last_tenth(records)
+    if drift is not None and drift[0] < -DRIFT_SIGMAS * drift[1]:
+        off.append(f"the sum of the levels still falls over the last tenth of the run ({drift[0]:.2e} ± {drift[1]:.1e})")
+    if not off:
+        return None
+    return {"name": "excited_unconverged",
+            "message": "the levels are not converged: " + "; ".join(off) + " (more steps: n_iter, or a larger "
+                       "learning rate; docs/excited.md)"}
 
 
 def _shown(value, spec: str) -> str:
@@ -204,12 +249,19 @@ def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopReques
                       n_params=n_params, timings=timings)
     result = {"task": "excited", "n_states": settings.task.n_states,
               **summarise(experiment, layout, outcome, metrics_log.records), **with_exact(levels, exact)}
+    if training.status == "completed":
+        warning = convergence_warning(result, metrics_log.records)
+        if warning is not None:
+            result["warnings"] = [*result.get("warnings", []), warning]
     finish.write(run_dir, result, metrics_log.records, exact_sum, None, tracking)
     report(result)
     for k, level in enumerate(result["states"]):
         log.info("state %d: %s ± %s  (variance %s)%s", k, _shown(level["energy"], ".10f"),
                  _shown(level["energy_error"], ".2e"), _shown(level["variance"], ".2e"),
                  "" if exact is None else f"  exact {exact[k]:.10f}")
+    for k, gap in enumerate(result["gaps"], start=1):
+        log.info("gap E_%d - E_0: %s ± %s%s", k, _shown(gap["gap"], ".10f"), _shown(gap["gap_error"], ".2e"),
+                 "" if gap.get("exact_gap") is None else f"  exact {gap['exact_gap']:.10f}")
     if training.status in ("preempted", "interrupted"):
         stop.hand_over()
         sys.exit(exit_status(training.status))
@@ -219,13 +271,16 @@ def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopReques
 
 
 def state_of(trained: Trained, k: int) -> Trained:
-    """The k-th of the K states of an excited-state run as a run of its base model: the parameters
-    at index k of the states' axis, the chains' k-th copy, the model's own space, Hamiltonian and
-    sampler. (The K states span the lowest levels; each eigenstate is a combination of them, given
-    by the eigenvectors of the mean local matrix.)
+    """Eigenstate k of an excited-state run (the level summary.json's `states[k]` reports) as a run
+    on the model's own space, Hamiltonian and sampler: psi_k = sum_j c_kj psi_j, the combination of
+    the K trained states with the coefficients of the final estimate (`states[k].coefficients`,
+    `runner.core.excited.eigenstate_coefficients`), a `runner.core.excited.Combination` of the
+    run's determinant (its parameters, all K states'), sampled from |psi_k|^2 starting from the
+    chains' k-th copy.
 
     Raises:
-        ConfigError: not a task=excited run, or k out of range.
+        ConfigError: not a task=excited run, k out of range, or a summary without the coefficients
+            (a run that did not complete, or one written before they were stored).
     """
     experiment = trained.experiment
     task = experiment.settings.task
@@ -233,12 +288,18 @@ def state_of(trained: Trained, k: int) -> Trained:
         raise ConfigError("task", f"{trained.run_dir} is not a task=excited run; it has one state")
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < task.n_states:
         raise ConfigError("state", f"must be an integer from 0 to {task.n_states - 1} (got {k!r})")
+    path = Path(trained.run_dir) / rundir.SUMMARY
+    states = json.loads(path.read_text()).get("states") if path.is_file() else None
+    if not states or len(states) != task.n_states or "coefficients" not in states[k]:
+        raise ConfigError("state", f"{path} holds no eigenstate coefficients (a run that did not complete, or one "
+                          "from before they were stored): rerun it to completion (same directory, it resumes)")
+    coefficients = tuple(complex(re, im) for re, im in states[k]["coefficients"])
     n = experiment.hilbert.n_sites
+    determinant = experiment.problem.model
+    model = excited.Combination(base=determinant.base, n_states=determinant.n_states, coefficients=coefficients)
     sampler = instantiate("sampler", trained.config["sampler"], hilbert=experiment.hilbert)
-    problem = dataclasses.replace(experiment.problem, model=experiment.problem.model.base,
-                                  hamiltonian=experiment.hamiltonian, sampler=sampler)
+    problem = dataclasses.replace(experiment.problem, model=model, hamiltonian=experiment.hamiltonian, sampler=sampler)
     settings = dataclasses.replace(experiment.settings, task=None)
-    params = jax.tree_util.tree_map(lambda x: x[k], trained.state.params["base"])
     chains = trained.state.chains._replace(sigma_CxN=trained.state.chains.sigma_CxN[:, k * n:(k + 1) * n])
     return dataclasses.replace(trained, experiment=dataclasses.replace(experiment, problem=problem, settings=settings),
-                               state=trained.state._replace(params=params, chains=chains))
+                               state=trained.state._replace(chains=chains))

@@ -275,3 +275,30 @@ def test_state_expectations_in_an_sz_sector_drop_moves_out_of_it():
     np.testing.assert_allclose(excited.state_expectations(m, kept, w[None, :])[0], expected, rtol=1e-9, atol=1e-12)
     leaked = np.asarray(excited.local_matrices(op, _each(model), params, x, K))
     assert not np.allclose(excited.state_expectations(m, leaked, w[None, :])[0], expected, atol=1e-3)
+
+
+def test_the_combination_of_the_eigenstate_coefficients_is_eigenstate_k():
+    """psi_i = sum_k C_ik phi_k over the K lowest eigenstates (far from eigenstates one by one):
+    the `Combination` of the determinant's states with row k of `eigenstate_coefficients` is phi_k
+    (overlap 1 - 1e-10), and its dense energy <psi|H|psi>/<psi|psi> is level k, that `levels`
+    reports at index k (issue 56: `state(k)` was psi_k, one copy, not the k-th eigenstate)."""
+    n, K = 4, 3
+    _, ham, states, dense = _system(n)
+    energies, phi = np.linalg.eigh(dense)
+    rng = np.random.default_rng(7)
+    c = rng.normal(size=(K, K)) + 1j * rng.normal(size=(K, K))
+    model, params = _determinant_of(c @ phi[:, :K].T, n)
+    codes = np.array([rng.choice([0, 1, 3, 5, 7, 15], size=K, replace=False) for _ in range(8)])
+    m = excited.local_matrices(ham, _each(model), params, jnp.asarray(states[codes].reshape(2, 4, -1), jnp.int8), K)
+    found = excited.levels(m)
+    rows = excited.eigenstate_coefficients(m)
+    assert rows.shape == (K, K) and np.allclose(np.max(np.abs(rows), axis=1), 1)
+    for k in range(K):
+        one = excited.Combination(base=Table(n), n_states=K, coefficients=tuple(complex(x) for x in rows[k]))
+        psi = np.exp(np.asarray(one.apply({"params": params}, jnp.asarray(states, jnp.int8))))
+        psi /= np.linalg.norm(psi)
+        assert abs(np.vdot(phi[:, k], psi)) ** 2 > 1 - 1e-10, k
+        energy = np.vdot(psi, dense @ psi).real
+        assert energy == pytest.approx(energies[k], abs=1e-9) and energy == pytest.approx(found.energies[k], abs=1e-9)
+    single = np.exp(np.asarray(jax.vmap(lambda s: _each(model)(params, s))(jnp.asarray(states, jnp.int8))))[:, 2]
+    assert abs(np.vdot(phi[:, 2], single / np.linalg.norm(single))) ** 2 < 0.99  # one copy alone is not phi_2
