@@ -195,7 +195,8 @@ def write(run_dir: Path, summary: dict, records: list[dict], exact: float | None
     if not distributed.is_main():
         return
     (run_dir / rundir.SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
-    plot_energy(records, exact, run_dir / rundir.ENERGY_PLOT)
+    plot_energy(records, exact, run_dir / rundir.ENERGY_PLOT, n_sites=summary.get("n_sites"),
+                unit=summary.get("energy_unit"))
     if correlations is not None:
         (run_dir / rundir.CORRELATIONS).write_text(json.dumps(correlations) + "\n")
     if tracking is not None:

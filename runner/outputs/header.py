@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from models.fast_paths import resolve
 from runner.core.full_sum import FullSumSampler
 from runner.parallel import distributed
+from runner.outputs.summary import energy_unit
 from runner.physics import exact
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,23 @@ def _sample_count(sampler) -> str:
     return f"{sampler.n_samples} samples over {sampler.n_chains} chains"
 
 
+FIXED_STEP = ("euler", "heun", "rk4")  # integrators without error control
+ADAPTIVE_KEYS = ("atol", "rtol", "dt_min", "dt_max")
+
+
+def _used(task: dict) -> dict:
+    """The task's keys its run uses: a fixed-step integrator's dynamics has no tolerances or step bounds."""
+    if task.get("name") == "dynamics" and task.get("integrator") in FIXED_STEP:
+        return {k: v for k, v in task.items() if k not in ADAPTIVE_KEYS}
+    return task
+
+
 def log_header(experiment, layout, config: dict):
-    """Logs what is about to run: the task (unless a ground state), lattice, Hamiltonian, model (its parameter count and evaluation
-    paths, its symmetry sector with `auto` resolved), sampler, optimizer, dtype, layout and steps.
+    """Logs what is about to run: the task (unless a ground state), lattice, Hamiltonian (and its
+    energies' unit), model (its parameter count and evaluation
+    paths, its symmetry sector with `auto` resolved), sampler, optimizer, dtype, layout and steps;
+    a dynamics run leaves out the optimizer, preconditioner, steps and checkpoint interval it does
+    not use.
 
     Args:
         experiment: the run's `runner.config.build.Experiment`.
@@ -67,18 +82,21 @@ def log_header(experiment, layout, config: dict):
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     sampler = experiment.problem.sampler
     task = config.get("task") or {"name": "ground_state"}
+    dynamics = task.get("name") == "dynamics"  # uses no optimizer, preconditioner, n_iter or checkpoint_every
     lines = [
-        *([] if task.get("name") == "ground_state" else [f"task: {describe(task)}"]),
+        *([] if task.get("name") == "ground_state" else [f"task: {describe(_used(task))}"]),
         (f"lattice: {describe(config['hilbert'])}: {hilbert.n_sites} sites, {len(hilbert.bonds)} bonds, "
          f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states"),
-        f"hamiltonian: {describe(config['hamiltonian'])}",
+        f"hamiltonian: {describe(config['hamiltonian'])}; energies in {energy_unit(config['hamiltonian'].get('_target_'))}",
         f"model: {describe(config['model'])}: {n_params} parameters; {paths(experiment.problem.model)}",
         *([] if experiment.sector is None else [f"sector: {experiment.sector.name}{_how(experiment, config['model'])}"]),
         f"sampler: {describe(config['sampler'])}: {_sample_count(sampler)}",
-        f"optimizer: {describe(config['optimizer'])}; preconditioner: {describe(config['preconditioner'])}",
+        *([] if dynamics else
+          [f"optimizer: {describe(config['optimizer'])}; preconditioner: {describe(config['preconditioner'])}"]),
         (f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "
          f"{distributed.process_count()} process(es), {layout.n_devices} device(s) ({jax.devices()[0].platform})"),
-        f"steps: {settings.n_iter}, checkpoint every {settings.checkpoint_every}, seed {settings.seed}",
+        (f"seed {settings.seed} (checkpoints at every saved time)" if dynamics else
+         f"steps: {settings.n_iter}, checkpoint every {settings.checkpoint_every}, seed {settings.seed}"),
     ]
     for line in lines:
         log.info(line)

@@ -30,10 +30,18 @@ def log_error_bars(value, error):
     return np.stack([lower, error])
 
 
-def plot_energy(records: list[dict], exact_energy: float | None, path: Path):
+def energy_label(unit: str | None) -> str:
+    """The energy axis's label: `energy` and its unit, where known."""
+    return "energy" if not unit else f"energy [{unit}]"
+
+
+def plot_energy(records: list[dict], exact_energy: float | None, path: Path, n_sites: int | None = None,
+                unit: str | None = None):
     """Energy against step with a +-error band and the exact energy when known (top), and on a
     log scale |E - E_exact| with error bars, or the variance without an exact energy (bottom):
     the top panel flattens once the energy is close; the bottom one keeps showing progress.
+    With `n_sites`, the top panel has a second axis on the right with the energy per site (and the
+    exact line's label both); `unit` (summary.json's `energy_unit`) names the energies' unit.
 
     Returns:
         The matplotlib Figure (closed; written to `path`).
@@ -52,8 +60,12 @@ def plot_energy(records: list[dict], exact_energy: float | None, path: Path):
         ax.plot(step, energy, lw=1, label="VMC energy")
         ax.fill_between(step, energy - error, energy + error, alpha=0.3, lw=0)
     if exact_energy is not None:
-        ax.axhline(exact_energy, color="k", ls="--", lw=1, label=f"exact {exact_energy:.6f}")
-    ax.set_ylabel("energy")
+        per = f" ({exact_energy / n_sites:.6f} per site)" if n_sites else ""
+        ax.axhline(exact_energy, color="k", ls="--", lw=1, label=f"exact {exact_energy:.6f}{per}")
+    ax.set_ylabel(energy_label(unit))
+    if n_sites:
+        right = ax.secondary_yaxis("right", functions=(lambda e: e / n_sites, lambda e: e * n_sites))
+        right.set_ylabel(f"energy per site (N = {n_sites})")
     if rows or exact_energy is not None:
         ax.legend()
 

@@ -97,6 +97,7 @@ def plot_structure_factor(runs: list[dict], labels: list[str], path: Path):
                                label=label)
             if exact is not None:
                 ax.plot(momenta[order, 0], exact[order], "x--", color=bars.lines[0].get_color(), label=f"exact, {label}")
+        _label_largest(ax, found)
         ax.set_xlabel("q")
         ax.set_ylabel("S(q)")
         ax.grid(alpha=0.3)
@@ -107,6 +108,24 @@ def plot_structure_factor(runs: list[dict], labels: list[str], path: Path):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return fig
+
+
+def largest(found) -> tuple[str, float, float]:
+    """(label, q, S(q)) of the curve that reaches the largest S(q) among a chain's runs."""
+    label, (momenta, values, _, _) = max(found, key=lambda f: np.nanmax(f[1][1]))
+    top = int(np.nanargmax(values))
+    return label, float(momenta[top, 0]), float(values[top])
+
+
+def _label_largest(ax, found):
+    """Marks the largest S(q) of a chain's curves with its q (and, for several runs, the run)."""
+    label, q, value = largest(found)
+    who = f"{label}: " if len(found) > 1 else ""
+    left = q <= np.mean(ax.get_xlim())  # the text runs into the plot, away from its edge
+    ax.annotate(f"{who}max S(q) = {value:.4g} at q = {q / np.pi:.3g}π ({q:.4f})", (q, value),
+                xytext=(8 if left else -8, 6), textcoords="offset points", ha="left" if left else "right",
+                fontsize=8)
+    ax.set_ylim(top=max(ax.get_ylim()[1], value * 1.12))
 
 
 def _heat_maps(plt, found):

@@ -31,6 +31,27 @@ def relative_error(energy, exact_energy) -> float | None:
     return abs(energy - exact_energy) / abs(exact_energy) if energy is not None and exact_energy else None
 
 
+# Every Hamiltonian here is a sum of Pauli strings: energies are in units of the Pauli matrices
+# (sigma = 2 S). For the spin-spin models sigma.sigma = 4 S.S: a quarter of the energy is its
+# value in S.S units.
+PAULI = "Pauli (sigma = 2S)"
+SPIN_SPIN_TARGETS = ("heisenberg", "xxz")
+
+
+def energy_unit(target: str | None) -> str:
+    """The unit of a Hamiltonian's energies from its `_target_`: Pauli matrices, with the S.S
+    conversion named for the Heisenberg and XXZ models (their terms are sigma.sigma = 4 S.S)."""
+    name = str(target or "").rpartition(".")[2]
+    if name in SPIN_SPIN_TARGETS:
+        return "Pauli (sigma.sigma = 4 S.S: E/4 in S.S units)"
+    return PAULI
+
+
+def per_site(value, n_sites: int) -> float | None:
+    """`value` / N, None without a value."""
+    return value / n_sites if value is not None and n_sites else None
+
+
 def estimate_fields(n_sites: int, final: dict, exact_energy: float | None) -> dict:
     """A final estimate's fields in a summary (and in runner.evaluate's result).
 
@@ -50,6 +71,9 @@ def estimate_fields(n_sites: int, final: dict, exact_energy: float | None) -> di
         "acceptance": final.get("acceptance"),
         "exact_energy": exact_energy,
         "relative_error": relative_error(energy, exact_energy),
+        "energy_per_site": per_site(energy, n_sites),
+        "energy_error_per_site": per_site(final.get("energy_error"), n_sites),
+        "exact_energy_per_site": per_site(exact_energy, n_sites),
     }
 
 
@@ -112,6 +136,7 @@ def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict
     out = {
         "status": outcome.status,
         **estimate_fields(experiment.hilbert.n_sites, outcome.final, outcome.exact_energy),
+        "energy_unit": energy_unit(settings.fingerprint.get("hamiltonian._target_")),
         "n_iter": settings.n_iter,
         "steps_done": len(records),
         "n_params": int(outcome.n_params),
@@ -142,10 +167,12 @@ def report(summary: dict):
     stuck = any(w["name"] == "no_progress" for w in summary.get("warnings", []))
     if summary["energy"] is not None:
         flag = ": not convergence, the run never left its start" if stuck else ""
-        lines.append(f"energy: {summary['energy']:.10f} ± {summary['energy_error']:.2e}  "
+        lines.append(f"energy: {summary['energy']:.10f} ± {summary['energy_error']:.2e}{_per_site(summary, 'energy')}  "
                      f"(V-score {summary['v_score']:.2e}{flag})")
     if summary["exact_energy"] is not None:
-        lines.append(f"exact:  {summary['exact_energy']:.10f}")
+        lines.append(f"exact:  {summary['exact_energy']:.10f}{_per_site(summary, 'exact_energy')}")
+    if summary.get("energy_unit") and (summary["energy"] is not None or summary["exact_energy"] is not None):
+        lines.append(f"energy unit: {summary['energy_unit']}")
     if summary["seconds_per_iter"] is not None:
         lines.append(f"time per iteration: {1e3 * summary['seconds_per_iter']:.2f} ms; "
                      f"compile {summary['compile_seconds']:.2f} s; wall {summary['wall_seconds']:.1f} s")
@@ -156,6 +183,15 @@ def report(summary: dict):
     if summary.get("reason"):
         log.warning("%s: %s", summary["status"], summary["reason"])
     log_warnings(summary)
+
+
+def _per_site(summary: dict, key: str) -> str:
+    """`  (E/N = ... ± ...)` for the report's energy lines, empty without a site count."""
+    n = summary.get("n_sites")
+    if not n or summary.get(key) is None:
+        return ""
+    error = summary.get(f"{key}_error")
+    return f"  ({key.replace('_', ' ')}/N = {summary[key] / n:.10f}" + (f" ± {error / n:.2e})" if error is not None else ")")
 
 
 def relative_error_line(summary: dict) -> str:

@@ -28,15 +28,37 @@ def _pyplot():
     return plt
 
 
+CONSTANT_TOLERANCE = 1e-10  # relative to the curves' scale (at least 1): spread below it is rounding noise
+
+
+def constant(records: list[dict], exact: dict | None, name: str, tolerance: float = CONSTANT_TOLERANCE) -> bool:
+    """Whether `name` stays constant (zero included) over t in both the TDVP and the exact curves:
+    each one's spread max - min within `tolerance` of the largest |value| (or of 1, when smaller).
+    A quantity zero or conserved by symmetry (M_z under a transverse field: 1e-16 noise) says
+    nothing against t."""
+    curves = [_series(records, name)[1]]
+    if exact is not None and name in exact:
+        curves.append(np.array([np.nan if x is None else x for x in exact[name]], float))
+    curves = [c[np.isfinite(c)] for c in curves]
+    if not any(len(c) for c in curves):
+        return False
+    scale = max([1.0] + [float(np.max(np.abs(c))) for c in curves if len(c)])
+    return all(len(c) == 0 or np.ptp(c) <= tolerance * scale for c in curves)
+
+
 def plot_trajectory(records: list[dict], exact: dict | None, path: Path):
     """One panel per quantity (energy, then each `obs/<name>`): the measured values with error bars
-    against t, and the exact dynamics as a line where known.
+    against t, and the exact dynamics as a line where known. A quantity constant in both curves
+    (`constant`: zero or conserved by symmetry) gets no panel; the figure's title names those left
+    out, with their value.
 
     Returns:
         The matplotlib Figure (closed; written to `path`).
     """
     plt = _pyplot()
-    names = quantities(records)
+    every = quantities(records)
+    names = [n for n in every if not constant(records, exact, n)] or every[:1]
+    left_out = [n for n in every if n not in names]
     fig, axes = plt.subplots(len(names), 1, figsize=(6, 2.4 * len(names)), sharex=True, squeeze=False)
     for ax, name in zip(axes[:, 0], names):
         ax.errorbar(*_series(records, name), fmt="o", ms=3, label="TDVP")
@@ -45,6 +67,11 @@ def plot_trajectory(records: list[dict], exact: dict | None, path: Path):
             ax.legend(fontsize=8)
         ax.set_ylabel(name.removeprefix("obs/"))
     axes[-1, 0].set_xlabel("t")
+    if left_out:
+        first = {n: _series(records, n)[1][0] for n in left_out}  # rounding noise around zero shown as 0
+        values = ", ".join(f"{n.removeprefix('obs/')} = {0.0 if abs(v) < CONSTANT_TOLERANCE else v:.4g}"
+                           for n, v in first.items())
+        fig.suptitle(f"constant in t, not drawn: {values}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
