@@ -43,7 +43,7 @@ def energy_unit(target: str | None) -> str:
     conversion named for the Heisenberg and XXZ models (their terms are sigma.sigma = 4 S.S)."""
     name = str(target or "").rpartition(".")[2]
     if name in SPIN_SPIN_TARGETS:
-        return "Pauli (sigma.sigma = 4 S.S: E/4 in S.S units)"
+        return "Pauli (sigma.sigma = 4 S.S)"  # E/4 in S.S units
     return PAULI
 
 
