@@ -61,8 +61,10 @@ class TrainedRun:
         self._run_observables = experiment.observables
 
     def state(self, k: int) -> "TrainedRun":
-        """State k of a task=excited run (0 <= k < n_states) as a run of its base model: its
-        parameters, log psi, samples and expectation values (`runner.lifecycle.excited.state_of`)."""
+        """Eigenstate k of a task=excited run (0 <= k < n_states), the level summary.json's
+        `states[k]` reports: sum_j c_kj psi_j of the K trained states with the stored coefficients,
+        on the model's own space; its log psi, samples and expectation values
+        (`runner.lifecycle.excited.state_of`)."""
         return TrainedRun(state_of(self._trained, k))
 
     def __repr__(self):

@@ -127,6 +127,17 @@ def check_states_span_the_lowest_levels(run_dir):
         assert abs(sampled.mean - exact[k]) < 5 * sampled.error + 1e-3 * abs(exact[k]), (k, sampled, exact[k])
     with pytest.raises(ConfigError, match="0 to 1"):
         trained.state(K)
+    path = run_dir / "summary.json"
+    text = path.read_text()
+    try:  # a summary without the coefficients (an older run): a clear error, not a wrong state
+        old = json.loads(text)
+        for s in old["states"]:
+            del s["coefficients"]
+        path.write_text(json.dumps(old))
+        with pytest.raises(ConfigError, match="no eigenstate coefficients"):
+            trained.state(0)
+    finally:
+        path.write_text(text)
 
 
 @pytest.mark.slow
