@@ -209,6 +209,9 @@ def _start(experiment: Experiment, layout: mesh.Layout, run_dir: Path, resuming:
         return state, shardings, n_params, 0
     try:
         state, meta = loop.restore(run_dir, state, shardings)
+    except rundir.checkpoint.CorruptCheckpoint as err:
+        print(f"Config error: {err.sentence()}", file=sys.stderr)
+        sys.exit(2)
     except ValueError as err:
         print(f"Config error: resume found a checkpoint that does not fit this config ({err}); "
               "use a new run directory or resume=false.", file=sys.stderr)
@@ -233,6 +236,10 @@ def _open_run_dir(run_dir: Path, settings) -> tuple[dict | None, bool]:
     replaced = rundir.replacing(run_dir, settings)
     if replaced is not None and distributed.is_main():
         log.warning(replaced)
+    if not settings.resume and distributed.is_main():  # the earlier run's records are kept, moved aside
+        aside = rundir.move_aside(run_dir)
+        if aside is not None:
+            log.warning("resume=false: moved the earlier run's records and checkpoint into %s", aside)
     if distributed.is_main():
         # no stale summary while this run trains: a resumed run's (stopped "after saving a checkpoint"
         # of an earlier step) would outlive a second Ctrl-C, which exits at once without one

@@ -5,10 +5,41 @@ import os
 import tempfile
 from pathlib import Path
 
+import zipfile
+
 import jax
 import numpy as np
 
+from runner.errors import ConfigError
+
 FILENAME = "state.npz"
+
+
+class CorruptCheckpoint(ConfigError):
+    """A checkpoint file that cannot be read (truncated, corrupt, not a checkpoint); one sentence naming it."""
+
+    def __init__(self, path: Path, err: BaseException):
+        super().__init__("checkpoint", f"{path} is unreadable, truncated or corrupt (not a complete .npz of "
+                         f"arrays: {type(err).__name__}); use resume=false to start over (the old records are "
+                         "moved aside) or a new run directory")
+
+
+def _open(path: Path):
+    """np.load of a checkpoint without unpickling (allow_pickle=False); CorruptCheckpoint if it is not a readable .npz."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise CorruptCheckpoint(path, err) from None
+    if not isinstance(data, np.lib.npyio.NpzFile) or "meta" not in data.files:
+        raise CorruptCheckpoint(path, ValueError("no meta record"))
+    return data
+
+
+def _meta(data, path: Path) -> dict:
+    try:
+        return json.loads(bytes(data["meta"]).decode())
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise CorruptCheckpoint(path, err) from None
 
 
 def write_atomic(target, write) -> Path:
@@ -53,9 +84,10 @@ def exists(directory) -> bool:
 
 
 def read_meta(directory) -> dict:
-    """The meta dict of a checkpoint, without reading its arrays."""
-    with np.load(Path(directory) / FILENAME) as data:
-        return json.loads(bytes(data["meta"]).decode())
+    """The meta dict of a checkpoint, without reading its arrays (CorruptCheckpoint: unreadable)."""
+    path = Path(directory) / FILENAME
+    with _open(path) as data:
+        return _meta(data, path)
 
 
 def load(directory, like):
@@ -65,17 +97,22 @@ def load(directory, like):
         (state, meta) with NumPy leaves.
 
     Raises:
+        CorruptCheckpoint: the file is unreadable (truncated, corrupt); never unpickles.
         ValueError: the checkpoint does not match `like` (a different config).
     """
-    with np.load(Path(directory) / FILENAME) as data:
-        meta = json.loads(bytes(data["meta"]).decode())
+    path = Path(directory) / FILENAME
+    with _open(path) as data:
+        meta = _meta(data, path)
         leaves_like, treedef = jax.tree_util.tree_flatten(like)
         n = len([k for k in data.files if k.startswith("leaf_")])
         if n != len(leaves_like):
             raise ValueError(f"checkpoint has {n} arrays, the config needs {len(leaves_like)}")
         leaves = []
         for i, ref in enumerate(leaves_like):
-            x = data[f"leaf_{i:04d}"]
+            try:
+                x = data[f"leaf_{i:04d}"]
+            except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+                raise CorruptCheckpoint(path, err) from None
             if x.shape != tuple(ref.shape) or x.dtype != np.dtype(ref.dtype):
                 raise ValueError(
                     f"checkpoint array {i} is {x.dtype}{list(x.shape)}, the config needs "

@@ -188,6 +188,9 @@ def _restore(run_dir: Path, like, shardings):
     """(state, saved index) of run_dir's checkpoint; exit 2 when it does not fit this config."""
     try:
         state, meta = loop.restore(run_dir, mesh.to_host(like), shardings)
+    except checkpoint.CorruptCheckpoint as err:
+        print(f"Config error: {err.sentence()}", file=sys.stderr)
+        sys.exit(2)
     except ValueError as err:
         print(f"Config error: resume found a checkpoint that does not fit this config ({err}); "
               "use a new run directory or resume=false.", file=sys.stderr)

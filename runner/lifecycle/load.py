@@ -138,6 +138,8 @@ def load(run_dir, experiment=None) -> Trained:
     experiment = experiment_of(config) if experiment is None else experiment
     try:
         state, meta = checkpoint.load(run_dir / rundir.CHECKPOINT, state_like(experiment))
+    except checkpoint.CorruptCheckpoint:  # one sentence naming the file
+        raise
     except ValueError as err:
         raise ConfigError("run directory", f"{run_dir} holds a checkpoint that does not fit its config ({err})") from None
     if isinstance(experiment.settings.task, Dynamics):

@@ -19,10 +19,12 @@ The trackers' files (tensorboard/, mlflow.db, .mlflow_run_id) are named by `runn
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 from runner.config import fingerprint
 from runner.config.task import Dynamics
+from runner.errors import ConfigError
 from runner.lifecycle import checkpoint
 
 HYDRA = ".hydra"
@@ -42,6 +44,7 @@ OBSERVABLES_PLOT = "observables.png"  # runner.report's, in the directory it rep
 CHECKPOINT = "checkpoint"
 EVALUATION = "evaluation.json"
 EXACT_CACHE = ".exact_cache"  # under a sweep's directory
+REPLACED_PREFIX = "replaced-"  # resume=false moves an earlier run's records into RUN_DIR/replaced-<UTC time>/
 ARTIFACTS = (SUMMARY, ENERGY_PLOT, OBSERVABLES_PLOT, CORRELATIONS, DYNAMICS_PLOT)  # what the trackers keep a copy of
 
 
@@ -77,14 +80,67 @@ def resumable(run_dir: Path, settings) -> bool:
 
     Raises:
         ConfigError: the checkpoint belongs to a config that differs in a key that changes the
-            numbers (final_rounds may differ), or predates config fingerprints.
+            numbers (final_rounds may differ), or predates config fingerprints; the directory
+            holds a run's records (`run_records`) but no checkpoint.
+        CorruptCheckpoint: the checkpoint is unreadable.
     """
-    if not (settings.resume and checkpoint.exists(run_dir / CHECKPOINT)):
+    if not settings.resume:
+        return False
+    if not checkpoint.exists(run_dir / CHECKPOINT):
+        records = run_records(run_dir)
+        if records:
+            raise ConfigError("resume", f"is true and {run_dir} holds a run's records ({', '.join(records)}) but no "
+                              f"checkpoint ({CHECKPOINT}/{checkpoint.FILENAME} is missing); use resume=false to "
+                              "start over (the old records are moved aside) or a new run directory")
         return False
     meta = checkpoint.read_meta(run_dir / CHECKPOINT)
     fingerprint.check(meta.get("config_fingerprint"), settings.fingerprint, run_dir,
                       ignore=fingerprint.RESUME_IGNORES)
     return True
+
+
+def run_records(run_dir: Path) -> list[str]:
+    """The names of a run's records in run_dir: metrics.jsonl with a line, summary.json (but a
+    failed summary of no steps, a config error's), trajectory.jsonl; [] when none."""
+    found = []
+    metrics = run_dir / METRICS
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        found.append(METRICS)
+    if (run_dir / SUMMARY).is_file() and not _config_error_summary(run_dir / SUMMARY):
+        found.append(SUMMARY)
+    if (run_dir / TRAJECTORY).is_file():
+        found.append(TRAJECTORY)
+    return found
+
+
+def _config_error_summary(path: Path) -> bool:
+    """Whether a summary.json is a failed run's that took no step (a sweep point's config error)."""
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError:
+        return False
+    return isinstance(summary, dict) and summary.get("status") == "failed" and not summary.get("steps_done")
+
+
+MOVED_ASIDE = (METRICS, TRAJECTORY, EXACT_TRAJECTORY, DYNAMICS_PLOT, SUMMARY, CORRELATIONS, SPECTRUM,
+               ENERGY_PLOT, EVALUATION, CHECKPOINT)
+
+
+def move_aside(run_dir: Path) -> Path | None:
+    """Moves an earlier run's records and checkpoint (`MOVED_ASIDE`) into run_dir/replaced-<UTC
+    time>/, so a resume=false run starts in a clean directory without deleting them; returns that
+    directory, or None when there was nothing to move (nothing is moved without a record)."""
+    if not run_records(run_dir) and not checkpoint.exists(run_dir / CHECKPOINT):
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, n = run_dir / f"{REPLACED_PREFIX}{stamp}", 1
+    while target.exists():
+        target, n = run_dir / f"{REPLACED_PREFIX}{stamp}-{n}", n + 1
+    target.mkdir()
+    for name in MOVED_ASIDE:
+        if (run_dir / name).exists():
+            (run_dir / name).rename(target / name)
+    return target
 
 
 def replacing(run_dir: Path, settings) -> str | None:

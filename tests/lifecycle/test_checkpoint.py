@@ -22,3 +22,20 @@ def test_load_refuses_another_shape(tmp_path):
     checkpoint.save(tmp_path, {"a": np.zeros(3)}, {"step": 1})
     with pytest.raises(ValueError, match="float64"):
         checkpoint.load(tmp_path, {"a": np.zeros(4)})
+
+
+@pytest.mark.parametrize("damage", ["random", "truncated", "pickle"])
+def test_unreadable_checkpoint_is_one_sentence_and_never_unpickled(tmp_path, damage):
+    path = checkpoint.save(tmp_path, {"a": np.arange(100.0)}, {"step": 1})
+    if damage == "random":
+        path.write_bytes(np.random.default_rng(0).bytes(2048))
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:200])
+    else:  # a pickle NumPy would only read with allow_pickle=True
+        import pickle
+        path.write_bytes(pickle.dumps({"meta": 1}))
+    for read in (lambda: checkpoint.read_meta(tmp_path), lambda: checkpoint.load(tmp_path, {"a": np.zeros(100)})):
+        with pytest.raises(checkpoint.CorruptCheckpoint) as err:
+            read()
+        sentence = err.value.sentence()
+        assert str(path) in sentence and "\n" not in sentence and "allow_pickle" not in sentence
