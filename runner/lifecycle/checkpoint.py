@@ -1,6 +1,8 @@
-"""Atomic checkpoints of the whole VMC state (one .npz, replaced in a single rename)."""
+"""Atomic checkpoints of the whole VMC state: the newest in state.npz, the one before it in
+state.prev.npz; a reader falls back to the previous when the newest is unreadable or missing."""
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -13,6 +15,10 @@ import numpy as np
 from runner.errors import ConfigError
 
 FILENAME = "state.npz"
+PREVIOUS = "state.prev.npz"  # the checkpoint before the newest, kept for when the newest is unreadable
+_NEXT = "state.next.npz"  # the new checkpoint, complete on disk before the rotation's two renames
+
+log = logging.getLogger(__name__)
 
 
 class CorruptCheckpoint(ConfigError):
@@ -68,30 +74,68 @@ def write_atomic(target, write) -> Path:
 
 
 def save(directory, state, meta: dict) -> Path:
-    """Writes `state` (a pytree of arrays) and `meta` to directory/state.npz atomically.
+    """Writes `state` (a pytree of arrays) and `meta` to directory/state.npz, the old one kept as
+    state.prev.npz.
 
-    The file is written to a temporary name in the same directory, flushed to disk and
-    renamed over the old one, so a reader sees either the old or the new checkpoint.
+    The new file is written whole and flushed to disk first (state.next.npz), then the old one is
+    renamed to state.prev.npz and the new one to state.npz: at every moment a complete newest
+    checkpoint is state.npz, or state.prev.npz between the two renames.
     """
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(state)]
     arrays = {f"leaf_{i:04d}": x for i, x in enumerate(leaves)}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    return write_atomic(Path(directory) / FILENAME, lambda f: np.savez(f, **arrays))
+    directory = Path(directory)
+    write_atomic(directory / _NEXT, lambda f: np.savez(f, **arrays))
+    if (directory / FILENAME).is_file():  # rotation: each rename atomic; between them state.prev.npz is the newest
+        os.replace(directory / FILENAME, directory / PREVIOUS)
+    os.replace(directory / _NEXT, directory / FILENAME)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return directory / FILENAME
 
 
 def exists(directory) -> bool:
-    return (Path(directory) / FILENAME).is_file()
+    """Whether a checkpoint (the newest or the previous) is there."""
+    return any((Path(directory) / name).is_file() for name in (FILENAME, PREVIOUS))
+
+
+def _read(directory, read):
+    """read(path) of the newest checkpoint, else of the previous with a warning naming the
+    unreadable newest; CorruptCheckpoint (the newest's) when neither can be read."""
+    newest, previous = Path(directory) / FILENAME, Path(directory) / PREVIOUS
+    if not newest.is_file() and previous.is_file():
+        log.warning("checkpoint %s is missing; using the previous checkpoint %s", newest, previous)
+        return read(previous)
+    try:
+        return read(newest)
+    except CorruptCheckpoint as err:
+        if not previous.is_file():
+            raise
+        try:
+            result = read(previous)
+        except CorruptCheckpoint:
+            raise err from None
+        log.warning("checkpoint %s is unreadable (truncated or corrupt); using the previous checkpoint %s",
+                    newest, previous)
+        return result
 
 
 def read_meta(directory) -> dict:
-    """The meta dict of a checkpoint, without reading its arrays (CorruptCheckpoint: unreadable)."""
-    path = Path(directory) / FILENAME
-    with _open(path) as data:
-        return _meta(data, path)
+    """The meta dict of a checkpoint (the previous one when the newest is unreadable), without
+    reading its arrays (CorruptCheckpoint: neither is readable)."""
+    def read(path):
+        with _open(path) as data:
+            return _meta(data, path)
+    return _read(directory, read)
 
 
 def load(directory, like):
-    """Reads a checkpoint into the structure of `like` (same treedef, shapes and dtypes).
+    """Reads a checkpoint into the structure of `like` (same treedef, shapes and dtypes): the
+    newest, or the previous with a warning when the newest is unreadable (its meta step is the
+    one to resume from, so metrics past it are dropped as on any resume).
 
     Returns:
         (state, meta) with NumPy leaves.
@@ -100,7 +144,11 @@ def load(directory, like):
         CorruptCheckpoint: the file is unreadable (truncated, corrupt); never unpickles.
         ValueError: the checkpoint does not match `like` (a different config).
     """
-    path = Path(directory) / FILENAME
+    return _read(directory, lambda path: _load(path, like))
+
+
+def _load(path: Path, like):
+    """(state, meta) of the checkpoint file `path` into the structure of `like`."""
     with _open(path) as data:
         meta = _meta(data, path)
         leaves_like, treedef = jax.tree_util.tree_flatten(like)

@@ -39,3 +39,18 @@ def test_unreadable_checkpoint_is_one_sentence_and_never_unpickled(tmp_path, dam
             read()
         sentence = err.value.sentence()
         assert str(path) in sentence and "\n" not in sentence and "allow_pickle" not in sentence
+
+
+def test_keeps_the_previous_and_falls_back_to_it(tmp_path, caplog):
+    checkpoint.save(tmp_path, {"a": np.zeros(3)}, {"step": 1})
+    checkpoint.save(tmp_path, {"a": np.ones(3)}, {"step": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.npz", "state.prev.npz"]
+    assert checkpoint.read_meta(tmp_path) == {"step": 2}
+    (tmp_path / checkpoint.FILENAME).write_bytes(b"garbage")
+    with caplog.at_level("WARNING"):
+        state, meta = checkpoint.load(tmp_path, {"a": np.zeros(3)})
+    assert meta == {"step": 1} and checkpoint.read_meta(tmp_path) == {"step": 1}
+    np.testing.assert_array_equal(state["a"], np.zeros(3))
+    assert str(tmp_path / checkpoint.FILENAME) in caplog.text and "previous" in caplog.text
+    (tmp_path / checkpoint.FILENAME).unlink()
+    assert checkpoint.exists(tmp_path) and checkpoint.read_meta(tmp_path) == {"step": 1}

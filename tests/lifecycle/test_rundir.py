@@ -53,7 +53,8 @@ def _run(run_dir, *extra):
 def test_cli_refuses_a_run_whose_checkpoint_is_missing_and_resume_false_moves_it_aside(tmp_path):
     run_dir = tmp_path / "run"
     assert _run(run_dir).returncode == 0
-    (run_dir / rundir.CHECKPOINT / checkpoint.FILENAME).unlink()
+    for name in (checkpoint.FILENAME, checkpoint.PREVIOUS):
+        (run_dir / rundir.CHECKPOINT / name).unlink(missing_ok=True)
     before = (run_dir / rundir.METRICS).read_text()
     proc = _run(run_dir, "n_iter=6")
     assert proc.returncode == 2, proc.stderr
@@ -70,6 +71,7 @@ def test_cli_refuses_a_run_whose_checkpoint_is_missing_and_resume_false_moves_it
 def test_cli_corrupt_checkpoint_is_one_sentence(tmp_path):
     run_dir = tmp_path / "run"
     assert _run(run_dir).returncode == 0
+    (run_dir / rundir.CHECKPOINT / checkpoint.PREVIOUS).unlink(missing_ok=True)  # no fallback left
     (run_dir / rundir.CHECKPOINT / checkpoint.FILENAME).write_bytes(np.random.default_rng(0).bytes(4096))
     proc = _run(run_dir, "n_iter=6")
     assert proc.returncode == 2, proc.stderr
@@ -79,3 +81,16 @@ def test_cli_corrupt_checkpoint_is_one_sentence(tmp_path):
     import runner
     with pytest.raises(checkpoint.CorruptCheckpoint, match="state.npz is unreadable"):
         runner.load(run_dir)
+
+
+def test_cli_resumes_from_the_previous_checkpoint_when_the_newest_is_corrupt(tmp_path):
+    run_dir = tmp_path / "run"
+    assert _run(run_dir, "checkpoint_every=2").returncode == 0
+    assert checkpoint.read_meta(run_dir / rundir.CHECKPOINT)["step"] == 4
+    newest = run_dir / rundir.CHECKPOINT / checkpoint.FILENAME
+    newest.write_bytes(newest.read_bytes()[:300])  # truncated
+    proc = _run(run_dir, "checkpoint_every=2", "n_iter=6")
+    assert proc.returncode == 0, proc.stderr
+    assert f"checkpoint {newest} is unreadable" in proc.stdout + proc.stderr
+    steps = [json.loads(line)["step"] for line in (run_dir / rundir.METRICS).read_text().splitlines()]
+    assert steps == list(range(6))
