@@ -15,6 +15,9 @@ log = logging.getLogger(__name__)
 WARMUP_STEPS = 2  # excluded from seconds_per_iter
 
 
+
+UNIT_FIELDS = ("energy_per_site", "energy_error_per_site", "exact_energy_per_site", "energy_unit")  # per site and the unit, beside the totals
+
 def finite(x) -> float | None:
     """`x` as a float, None where it is not finite (JSON has no NaN or infinity)."""
     x = float(x)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.lifecycle import finish, sector_check
+from runner.outputs import summary as summary_fields
 from tests.integration import golden
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,7 @@ def test_golden_run_is_bit_for_bit(name, scratch):
 def _same_summary(summary: dict, expected: dict):
     """Every recorded field bit for bit; fields added since (the symmetry sectors', the exact
     observables') only."""
-    assert set(summary) - set(expected) <= set(sector_check.FIELDS) | set(finish.EXACT_FIELDS)
+    assert set(summary) - set(expected) <= set(sector_check.FIELDS) | set(finish.EXACT_FIELDS) | set(summary_fields.UNIT_FIELDS)
     assert {k: summary[k] for k in expected if k in summary} == expected
     assert set(expected) <= set(summary)
 
