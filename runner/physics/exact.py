@@ -122,20 +122,43 @@ def matvec_of(hamiltonian: PauliSum, hilbert: Hilbert):
     return _sector_matvec(hamiltonian, hilbert)
 
 
-def expectation(op: PauliSum, hilbert: Hilbert, psi_D) -> float:
-    """<psi|O|psi> / <psi|psi> (real part) for any Pauli sum O and a state on `all_states(hilbert)`;
-    in an Sz sector the elements of O that leave it do not count (as in the sampled estimate)."""
+def _observable_matvec(op: PauliSum, hilbert: Hilbert):
+    """v -> O v on the full space, P O P v in an Sz sector (P its projector): the elements of O
+    that leave the sector are dropped, which is exact for a state in the sector."""
+    if hilbert.total_sz is None:
+        return _full_space_matvec(op, hilbert.n_sites)
+    return _sector_matvec(op, hilbert, drop_outside=True)
+
+
+def expectation(op: PauliSum, hilbert: Hilbert, psi_D):
+    """<psi|O|psi> / <psi|psi> (real part) for any Pauli sum O, Sz-conserving or not.
+
+    In an Sz sector psi = P psi, so <psi|O|psi> = <psi|P O P|psi>: the elements of O that leave
+    the sector do not count (as in the sampled estimate), and an O that only changes Sz (sum_i X_i)
+    has expectation exactly 0.
+
+    Args:
+        op: O, a Pauli sum on the sites of `hilbert` (built on the full space or not).
+        hilbert: the space, the full one or an Sz sector.
+        psi_D: a state on `all_states(hilbert)` [D], or a batch of them [T, D] (not normalised).
+
+    Returns:
+        a float for one state; float64 [T] for a batch (O is applied the same way to each).
+    """
     psi_D = np.asarray(psi_D)
-    apply = _full_space_matvec(op, hilbert.n_sites) if hilbert.total_sz is None else \
-        _sector_matvec(op, hilbert, drop_outside=True)
-    return float(np.real(np.vdot(psi_D, apply(psi_D))) / np.vdot(psi_D, psi_D).real)
+    apply = _observable_matvec(op, hilbert)
+    value_T = np.array([np.real(np.vdot(psi, apply(psi))) / np.vdot(psi, psi).real
+                        for psi in np.atleast_2d(psi_D)])
+    return float(value_T[0]) if psi_D.ndim == 1 else value_T
 
 
 def energy_of(hamiltonian: PauliSum, hilbert: Hilbert, psi_D) -> float:
     """<psi|H|psi> / <psi|psi> of a state given by its amplitudes on `all_states(hilbert)`:
-    the exact variational energy, with no sampling noise."""
-    psi_D = np.asarray(psi_D)
-    return float(np.real(np.vdot(psi_D, matvec_of(hamiltonian, hilbert)(psi_D))) / np.vdot(psi_D, psi_D).real)
+    the exact variational energy, with no sampling noise (`expectation`, for an H that conserves
+    Sz in a sector)."""
+    if hilbert.total_sz is not None and not conserves_sz(hamiltonian):
+        raise ValueError("an Sz sector needs an Sz-conserving Hamiltonian")
+    return expectation(hamiltonian, hilbert, np.asarray(psi_D).reshape(-1))
 
 
 def ground_energy(hamiltonian: PauliSum, hilbert: Hilbert) -> float:
