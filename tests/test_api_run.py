@@ -1,7 +1,10 @@
 """runner.run logs as the CLI does (issue 56, item 7): progress and health warnings to stderr and
-RUN_DIR/cli.log, through handlers that last the call only; quiet=True prints nothing."""
+RUN_DIR/cli.log, through handlers that last the call only; quiet=True prints nothing, the progress
+bar included."""
 
+import io
 import logging
+import sys
 
 import pytest
 
@@ -40,6 +43,23 @@ def test_quiet_run_prints_nothing_and_still_logs(tmp_path, capsys):
     runner.run(SMALL, run_dir=tmp_path / "quiet", quiet=True)
     assert "run directory:" not in capsys.readouterr().err
     assert "run directory:" in (tmp_path / "quiet" / cli.LOG_FILE).read_text()
+
+
+class Terminal(io.StringIO):
+    """stderr as a terminal (tqdm draws its bar only on one)."""
+
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_progress_bar_is_printed_where_the_log_is(tmp_path, monkeypatch, quiet):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    runner.run(SMALL, run_dir=tmp_path / "run", quiet=quiet)
+    printed = terminal.getvalue()
+    assert ("run directory:" in printed) == (not quiet)
+    assert ("3/3" in printed) == (not quiet)  # the bar's count of the 3 steps
 
 
 def test_a_config_error_leaves_no_log(tmp_path):
