@@ -20,6 +20,7 @@ from runner.outputs.sweep_plots import (
     plot_energy,
     plot_observables,
     plot_sweep,
+    run_label,
 )
 from runner.outputs.sweep_table import format_table, problems, table, write_csv
 from runner.outputs.trajectory_plot import plot_trajectories
@@ -256,14 +257,13 @@ def _plots(root: Path, rows: list[dict], keys: list[str], point: str | None) -> 
             target = root / name.replace(".png", f"{suffix}.png")
             if plot(rows, key, keys, target) is not None:
                 written.append(target)
-    dynamics = [(", ".join(f"{k}={r['overrides'].get(k, '-')}" for k in keys) or r["run"], r["trajectory"],
-                 r["exact_trajectory"]) for r in rows]
+    dynamics = [(run_label(r, keys), r["trajectory"], r["exact_trajectory"]) for r in rows]
     if plot_trajectories(dynamics, root / DYNAMICS_PLOT) is not None:
         written.append(root / DYNAMICS_PLOT)
     runs = structure_factor_plot.chosen(rows, point)
     if point is not None and not runs:
         print(f"no completed run {point!r} with S(q) under {root}")
-    labels = [", ".join(f"{k}={r['overrides'].get(k, '-')}" for k in keys) or r["run"] for r in runs]
+    labels = [run_label(r, keys) for r in runs]
     if structure_factor_plot.plot_structure_factor(runs, labels, root / STRUCTURE_FACTOR_PLOT) is not None:
         written.append(root / STRUCTURE_FACTOR_PLOT)
     return written

@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from runner import report
-from runner.outputs import sweep_plots, sweep_table
+from runner.outputs import structure_factor_plot, sweep_plots, sweep_table
 from tests.conftest import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "n_iter=6"]
@@ -228,3 +230,23 @@ def test_report_of_a_real_sweep_of_quenches(tmp_path):
     assert all(len(r["trajectory"]) == 3 and r["exact_trajectory"] is not None for r in rows)
     assert all(r["max_abs_error"] < 1e-2 for r in rows)  # the Jastrow quench is not exact: a loose bound
     assert (tmp_path / report.DYNAMICS_PLOT).stat().st_size > 0
+
+
+def test_the_run_reported_as_dot_is_named_by_its_directory(tmp_path, monkeypatch):
+    """`python -m runner.report .` in a run directory: the legends name the directory, not "."."""
+    momenta = np.linspace(0, 2 * np.pi, 6, endpoint=False)
+    correlations = {"momenta": [[q] for q in momenta], "structure_factor": list(1 + np.cos(momenta - np.pi)),
+                    "exact_structure_factor": list(1.1 + np.cos(momenta - np.pi))}
+    run = fake_run(tmp_path / "heis_L6", ["hilbert.L=6"], completed(-9.9), energies=[-9.0, -9.9],
+                   files={"correlations.json": correlations})
+    drawn = {}
+    plot = structure_factor_plot.plot_structure_factor
+    monkeypatch.setattr(structure_factor_plot, "plot_structure_factor",
+                        lambda runs, labels, path: drawn.setdefault("fig", plot(runs, labels, path)))
+    monkeypatch.chdir(run)
+    assert report.main(["."]) == 0
+    (row,) = report.collect(Path("."))
+    assert row["run"] == "." and sweep_plots.run_label(row, []) == "heis_L6"
+    legend = [t.get_text() for t in drawn["fig"].axes[0].get_legend().get_texts()]
+    assert sorted(legend) == ["exact, heis_L6", "heis_L6"]
+    assert (run / report.STRUCTURE_FACTOR_PLOT).stat().st_size > 0

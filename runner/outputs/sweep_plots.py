@@ -26,6 +26,13 @@ def as_float(text):
         return None
 
 
+def run_label(row: dict, keys: list[str]) -> str:
+    """A run's name in a legend: its values of the swept `keys`, else its directory under the
+    report's root, or the root's own name (resolved: `python -m runner.report .` names no run ".")."""
+    values = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys)
+    return values or (Path(row["path"]).resolve().name if row["run"] == "." else row["run"])
+
+
 def plot_sweep(rows: list[dict], key: str, path: Path):
     """Relative error (when every finished run has one) or energy against the swept `key`, with
     the energy's error bars.
@@ -78,7 +85,7 @@ def plot_convergence(rows: list[dict], keys: list[str], path: Path):
     with_exact = [r for r in curves if r.get("exact_energy")]
     fig, axes = plt.subplots(1, 2 if with_exact else 1, figsize=(11 if with_exact else 6.5, 4), squeeze=False)
     for row in curves:
-        label = ", ".join(f"{k}={row['overrides'].get(k, '-')}" for k in keys) or row["run"]
+        label = run_label(row, keys)
         kept = [rec for rec in row["records"] if rec.get("energy") is not None]
         steps = np.array([rec["step"] for rec in kept])
         energy = np.array([rec["energy"] for rec in kept])
