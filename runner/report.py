@@ -19,6 +19,7 @@ from runner.outputs.sweep_plots import (
     plot_convergence,
     plot_energy,
     plot_observables,
+    energy_unit,
     plot_sweep,
     run_label,
 )
@@ -258,7 +259,8 @@ def _plots(root: Path, rows: list[dict], keys: list[str], point: str | None) -> 
             if plot(rows, key, keys, target) is not None:
                 written.append(target)
     dynamics = [(run_label(r, keys), r["trajectory"], r["exact_trajectory"]) for r in rows]
-    if plot_trajectories(dynamics, root / DYNAMICS_PLOT) is not None:
+    unit = energy_unit([r for r in rows if r["trajectory"]])
+    if plot_trajectories(dynamics, root / DYNAMICS_PLOT, unit=unit) is not None:
         written.append(root / DYNAMICS_PLOT)
     runs = structure_factor_plot.chosen(rows, point)
     if point is not None and not runs:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runner.outputs.plot import log_error_bars
+from runner.outputs.plot import energy_label, log_error_bars
 
 ZERO_TOLERANCE = 1e-10  # an observable whose means, errors and exact values are all below this is zero
 
@@ -24,6 +24,39 @@ def as_float(text):
         return float(text)
     except (TypeError, ValueError):
         return None
+
+
+def energy_unit(rows: list[dict]) -> str | None:
+    """The unit of the runs' energies (their summaries' `energy_unit`): the one they share, several
+    joined by " / ", None where no summary names one (a run written before the unit was recorded)."""
+    units = sorted({u for r in rows if (u := (r.get("summary") or {}).get("energy_unit"))})
+    return " / ".join(units) or None
+
+
+class EnergyAxis:
+    """How a plot draws the runs' energies: per site when they are of several sizes (their totals
+    would not compare), else totals, with a per-site axis on the right when they share one size;
+    the axis label names the unit. Totals alone where a run's size is unknown (no summary)."""
+
+    def __init__(self, rows: list[dict]):
+        counts = {(r.get("summary") or {}).get("n_sites") for r in rows}
+        known = bool(counts) and None not in counts
+        self.per_site = known and len(counts) > 1
+        self.n_sites = counts.pop() if known and len(counts) == 1 else None
+        self.unit = energy_unit(rows)
+
+    def scale(self, row: dict) -> float:
+        """What a run's energies are divided by: its sites when drawn per site, else 1."""
+        return row["summary"]["n_sites"] if self.per_site else 1
+
+    def label(self, ax):
+        """The energy axis's label with the unit (and the per-site axis on the right)."""
+        label = energy_label(self.unit)
+        ax.set_ylabel(label.replace("energy", "energy per site", 1) if self.per_site else label)
+        if self.n_sites:
+            n = self.n_sites
+            right = ax.secondary_yaxis("right", functions=(lambda e: e / n, lambda e: e * n))
+            right.set_ylabel(f"energy per site (N = {n})")
 
 
 def run_label(row: dict, keys: list[str]) -> str:
@@ -56,13 +89,14 @@ def plot_sweep(rows: list[dict], key: str, path: Path):
         ax.set_yscale("log")
         ax.set_ylabel("relative error")
     else:
-        ax.errorbar(xs, [r["energy"] for _, r in points],
-                    yerr=[r.get("energy_error") or 0.0 for _, r in points], fmt="o-", capsize=3)
-        exact = [(x, r["exact_energy"]) for x, r in points if r.get("exact_energy") is not None]
+        axis = EnergyAxis([r for _, r in points])
+        ax.errorbar(xs, [r["energy"] / axis.scale(r) for _, r in points],
+                    yerr=[(r.get("energy_error") or 0.0) / axis.scale(r) for _, r in points], fmt="o-", capsize=3)
+        exact = [(x, r["exact_energy"] / axis.scale(r)) for x, r in points if r.get("exact_energy") is not None]
         if exact:
             ax.plot(*zip(*exact), "k--", label="exact")
             ax.legend()
-        ax.set_ylabel("energy")
+        axis.label(ax)
     ax.set_xlabel(key)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -83,6 +117,7 @@ def plot_convergence(rows: list[dict], keys: list[str], path: Path):
     if not curves:
         return None
     with_exact = [r for r in curves if r.get("exact_energy")]
+    axis = EnergyAxis(curves)
     fig, axes = plt.subplots(1, 2 if with_exact else 1, figsize=(11 if with_exact else 6.5, 4), squeeze=False)
     for row in curves:
         label = run_label(row, keys)
@@ -90,16 +125,18 @@ def plot_convergence(rows: list[dict], keys: list[str], path: Path):
         steps = np.array([rec["step"] for rec in kept])
         energy = np.array([rec["energy"] for rec in kept])
         error = np.array([rec.get("energy_error") or 0.0 for rec in kept])
-        (line,) = axes[0, 0].plot(steps, energy, lw=1, label=label)
-        axes[0, 0].fill_between(steps, energy - error, energy + error, color=line.get_color(), alpha=0.25, lw=0)
+        scale = axis.scale(row)
+        (line,) = axes[0, 0].plot(steps, energy / scale, lw=1, label=label)
+        axes[0, 0].fill_between(steps, (energy - error) / scale, (energy + error) / scale, color=line.get_color(),
+                                alpha=0.25, lw=0)
         if row.get("exact_energy"):
             exact = row["exact_energy"]
-            axes[0, 0].axhline(exact, color=line.get_color(), ls="--", lw=0.8)
+            axes[0, 0].axhline(exact / scale, color=line.get_color(), ls="--", lw=0.8)
             rel = np.maximum(np.abs(energy - exact) / abs(exact), 1e-16)
             axes[0, 1].errorbar(steps, rel, yerr=log_error_bars(rel, error / abs(exact)), lw=1,
                                 elinewidth=0.5, color=line.get_color(), label=label)
     axes[0, 0].set_xlabel("step")
-    axes[0, 0].set_ylabel("energy")
+    axis.label(axes[0, 0])
     if with_exact:
         axes[0, 1].set_yscale("log")
         axes[0, 1].set_xlabel("step")
@@ -141,20 +178,23 @@ def plot_energy(rows: list[dict], key: str, keys: list[str], path: Path):
     curves = {label: points for label, points in curves.items() if points}
     if not curves:
         return None
+    axis = EnergyAxis([r for points in curves.values() for _, r in points])
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for label, points in curves.items():
         xs = [x for x, _ in points]
-        bars = ax.errorbar(xs, [r["energy"] for _, r in points], yerr=[r.get("energy_error") or 0.0 for _, r in points],
+        bars = ax.errorbar(xs, [r["energy"] / axis.scale(r) for _, r in points],
+                           yerr=[(r.get("energy_error") or 0.0) / axis.scale(r) for _, r in points],
                            fmt="o-", capsize=3, ms=4, label=label or "VMC")
         color = bars.lines[0].get_color()
         for field, style, name in (("exact_energy", "--", "exact"), ("sector_exact_energy", ":", "exact in sector")):
-            known = [(x, r[field]) for x, r in points if r.get(field) is not None]
+            known = [(x, r[field], r) for x, r in points if r.get(field) is not None]
             if field == "sector_exact_energy":
-                known = [(x, e) for (x, e), (_, r) in zip(known, points) if e != r.get("exact_energy")]
+                known = [(x, e, r) for x, e, r in known if e != r.get("exact_energy")]
             if known:
-                ax.plot(*zip(*known), style, color=color, lw=1, label=f"{name}, {label}" if label else name)
+                ax.plot([x for x, _, _ in known], [e / axis.scale(r) for _, e, r in known], style, color=color, lw=1,
+                        label=f"{name}, {label}" if label else name)
     ax.set_xlabel(key)
-    ax.set_ylabel("energy")
+    axis.label(ax)
     ax.grid(alpha=0.3)
     if len(ax.get_legend_handles_labels()[1]) <= 12:
         ax.legend(fontsize=7)

@@ -46,11 +46,38 @@ def constant(records: list[dict], exact: dict | None, name: str, tolerance: floa
     return all(len(c) == 0 or np.ptp(c) <= tolerance * scale for c in curves)
 
 
-def plot_trajectory(records: list[dict], exact: dict | None, path: Path):
+CONSERVED_TOLERANCE = 1e-4  # relative spread of an energy below which its panel shows E(t) - E(0)
+
+
+def conserved_energy(records: list[dict], exact: dict | None, tolerance: float = CONSERVED_TOLERANCE) -> float | None:
+    """E(0), the first measured energy, where the energy is conserved: the spread of the TDVP and
+    the exact curves within `tolerance` of |E(0)| (plain E(t) would need matplotlib's offset label,
+    "1e-9-7.99999999", to show it); None otherwise (an imaginary-time run, a noisy estimate)."""
+    energy = _series(records, "energy")[1]
+    curves = [energy] + ([np.array([np.nan if x is None else x for x in exact["energy"]], float)]
+                         if exact is not None and "energy" in exact else [])
+    curves = np.concatenate(curves)
+    finite = energy[np.isfinite(energy)]
+    if not len(finite) or not np.isfinite(curves).any():
+        return None
+    start = float(finite[0])
+    return start if np.nanmax(curves) - np.nanmin(curves) <= tolerance * max(abs(start), 1.0) else None
+
+
+def _label(name: str, unit: str | None, shifted: bool) -> str:
+    """A panel's y label: an observable's name; the energy, as E(t) - E(0) when `shifted`, with its
+    unit on a second line (a panel is short)."""
+    if name != "energy":
+        return name.removeprefix("obs/")
+    return ("E(t) - E(0)" if shifted else "energy") + (f"\n[{unit}]" if unit else "")
+
+
+def plot_trajectory(records: list[dict], exact: dict | None, path: Path, unit: str | None = None):
     """One panel per quantity (energy, then each `obs/<name>`): the measured values with error bars
     against t, and the exact dynamics as a line where known. A quantity constant in both curves
     (`constant`: zero or conserved by symmetry) gets no panel; the figure's title names those left
-    out, with their value.
+    out, with their value. A conserved energy (`conserved_energy`) is drawn as E(t) - E(0), E(0) in
+    the panel's title; `unit` (summary.json's `energy_unit`) names the energy's unit.
 
     Returns:
         The matplotlib Figure (closed; written to `path`).
@@ -61,11 +88,17 @@ def plot_trajectory(records: list[dict], exact: dict | None, path: Path):
     left_out = [n for n in every if n not in names]
     fig, axes = plt.subplots(len(names), 1, figsize=(6, 2.4 * len(names)), sharex=True, squeeze=False)
     for ax, name in zip(axes[:, 0], names):
-        ax.errorbar(*_series(records, name), fmt="o", ms=3, label="TDVP")
+        start = conserved_energy(records, exact) if name == "energy" else None
+        shift = start or 0.0
+        t_T, value, error = _series(records, name)
+        ax.errorbar(t_T, value - shift, error, fmt="o", ms=3, label="TDVP")
         if exact is not None and name in exact:
-            ax.plot(exact["t"], exact[name], "-", color="k", lw=1, label="exact")
+            ax.plot(exact["t"], np.array(exact[name], float) - shift, "-", color="k", lw=1, label="exact")
             ax.legend(fontsize=8)
-        ax.set_ylabel(name.removeprefix("obs/"))
+        if start is not None:
+            ax.set_title(f"E(0) = {start:.10g}", fontsize=8, loc="right")
+        ax.set_ylabel(_label(name, unit, start is not None))
+        ax.ticklabel_format(axis="y", useOffset=False)
     axes[-1, 0].set_xlabel("t")
     if left_out:
         first = {n: _series(records, n)[1][0] for n in left_out}  # rounding noise around zero shown as 0
@@ -78,10 +111,11 @@ def plot_trajectory(records: list[dict], exact: dict | None, path: Path):
     return fig
 
 
-def plot_trajectories(runs: list[tuple[str, list[dict], dict | None]], path: Path):
+def plot_trajectories(runs: list[tuple[str, list[dict], dict | None]], path: Path, unit: str | None = None):
     """A sweep's time evolutions: one panel per quantity any run recorded, one curve per run
     (label, trajectory records, exact trajectory or None) with error bars, and each run's exact
-    dynamics dashed in its colour where known.
+    dynamics dashed in its colour where known. Where every run conserves its energy
+    (`conserved_energy`), the energy panel shows each run's E(t) - E(0); `unit` names the energy's unit.
 
     Returns:
         The matplotlib Figure (closed; written to `path`), or None when no run has a trajectory.
@@ -94,14 +128,20 @@ def plot_trajectories(runs: list[tuple[str, list[dict], dict | None]], path: Pat
     for _, records, _ in runs:
         names += [n for n in quantities(records) if n not in names]
     fig, axes = plt.subplots(len(names), 1, figsize=(6.5, 2.4 * len(names)), sharex=True, squeeze=False)
+    starts = [conserved_energy(records, exact) for _, records, exact in runs]
+    shifted = None not in starts
     for ax, name in zip(axes[:, 0], names):
-        for label, records, exact in runs:
+        for (label, records, exact), start in zip(runs, starts):
             if name not in records[0]:
                 continue
-            line = ax.errorbar(*_series(records, name), fmt="o-", ms=2.5, lw=0.8, elinewidth=0.6, label=label)
+            shift = start if shifted and name == "energy" else 0.0
+            t_T, value, error = _series(records, name)
+            line = ax.errorbar(t_T, value - shift, error, fmt="o-", ms=2.5, lw=0.8, elinewidth=0.6, label=label)
             if exact is not None and name in exact:
-                ax.plot(exact["t"], exact[name], "--", color=line.lines[0].get_color(), lw=0.9)
-        ax.set_ylabel(name.removeprefix("obs/"))
+                ax.plot(exact["t"], np.array(exact[name], float) - shift, "--", color=line.lines[0].get_color(),
+                        lw=0.9)
+        ax.set_ylabel(_label(name, unit, shifted))
+        ax.ticklabel_format(axis="y", useOffset=False)
     axes[0, 0].legend(fontsize=7, title="dashed: exact" if any(e for _, _, e in runs) else None, title_fontsize=7)
     axes[-1, 0].set_xlabel("t")
     fig.tight_layout()

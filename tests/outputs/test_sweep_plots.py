@@ -1,5 +1,6 @@
 """runner.outputs.sweep_plots: energy against the swept key with the exact lines, observables
-beside their exact values, panels that are zero over the whole sweep left out."""
+beside their exact values, panels that are zero over the whole sweep left out; energies per site
+across sizes, the unit on every energy axis."""
 
 import numpy as np
 
@@ -61,3 +62,62 @@ def test_observables_all_zero_give_no_plot(tmp_path):
     for i, h in enumerate((0.5, 1.0)):
         fake_run(tmp_path / f"{i}_h", [f"h={h}"], completed(-h, observables={"mz2": obs(0.0, 0.0)}))
     assert sweep_plots.plot_observables(report.collect(tmp_path), "h", ["h"], tmp_path / "o.png") is None
+
+
+PAULI = "Pauli (sigma = 2S)"
+
+
+def sized_runs(root, sizes, key="L", unit=PAULI):
+    """Completed runs over `key` of `sizes` sites each (E = -1.5 N, exact -1.6 N, E at the steps -N, -1.5 N)."""
+    for i, (x, n) in enumerate(sizes):
+        summary = completed(-1.5 * n, exact=-1.6 * n, n_sites=n, energy_unit=unit, energy_error=0.01 * n)
+        fake_run(root / f"{i}_{key}={x}", [f"{key}={x}"], summary, energies=[-1.0 * n, -1.5 * n])
+    return sorted(report.collect(root), key=report._sort_key)
+
+
+def test_runs_of_several_sizes_are_compared_per_site_in_the_unit(tmp_path):
+    rows = sized_runs(tmp_path, [(4, 4), (6, 6), (8, 8)])
+    label = f"energy per site [{PAULI}]"
+    (ax,) = sweep_plots.plot_energy(rows, "L", ["L"], tmp_path / "e.png").axes
+    assert ax.get_ylabel() == label and not ax.child_axes
+    (bars,) = ax.containers
+    np.testing.assert_allclose(bars.lines[0].get_xydata(), [[4, -1.5], [6, -1.5], [8, -1.5]])
+    np.testing.assert_allclose([s[1, 1] - s[0, 1] for s in bars.lines[2][0].get_segments()], [0.02] * 3)
+    (exact,) = [line for line in ax.lines if line.get_label() == "exact"]
+    np.testing.assert_allclose(exact.get_ydata(), [-1.6] * 3)
+    energy_ax, _ = sweep_plots.plot_convergence(rows, ["L"], tmp_path / "c.png").axes
+    assert energy_ax.get_ylabel() == label
+    np.testing.assert_allclose(energy_ax.lines[0].get_ydata(), [-1.0, -1.5])
+    for row in rows:
+        row["relative_error"] = None  # plot_sweep draws the energy
+    (ax,) = sweep_plots.plot_sweep(rows, "L", tmp_path / "s.png").axes
+    assert ax.get_ylabel() == label
+    np.testing.assert_allclose(ax.containers[0].lines[0].get_xydata()[:, 1], [-1.5] * 3)
+
+
+def test_runs_of_one_size_draw_totals_with_a_per_site_axis(tmp_path):
+    unit = "Pauli (sigma.sigma = 4 S.S)"
+    rows = sized_runs(tmp_path, [(0.0, 4), (0.5, 4)], key="J2", unit=unit)
+    (ax,) = sweep_plots.plot_energy(rows, "J2", ["J2"], tmp_path / "e.png").axes
+    assert ax.get_ylabel() == f"energy [{unit}]"
+    (right,) = ax.child_axes
+    assert right.get_ylabel() == "energy per site (N = 4)"
+    np.testing.assert_allclose(ax.containers[0].lines[0].get_xydata()[:, 1], [-6.0, -6.0])
+    energy_ax, _ = sweep_plots.plot_convergence(rows, ["J2"], tmp_path / "c.png").axes
+    assert energy_ax.get_ylabel() == f"energy [{unit}]" and len(energy_ax.child_axes) == 1
+
+
+def test_runs_without_their_size_or_unit_draw_totals_labelled_energy(tmp_path):
+    for i, h in enumerate((0.5, 1.0)):
+        fake_run(tmp_path / f"{i}_h={h}", [f"h={h}"], {**completed(-h), "exact_energy": None, "relative_error": None}, energies=[-h])
+    rows = sorted(report.collect(tmp_path), key=report._sort_key)
+    for fig in (sweep_plots.plot_energy(rows, "h", ["h"], tmp_path / "e.png"),
+                sweep_plots.plot_sweep(rows, "h", tmp_path / "s.png"),
+                sweep_plots.plot_convergence(rows, ["h"], tmp_path / "c.png")):
+        assert fig.axes[0].get_ylabel() == "energy" and not fig.axes[0].child_axes
+
+
+def test_the_unit_of_runs_in_different_units_names_both():
+    rows = [{"summary": {"energy_unit": "b"}}, {"summary": {"energy_unit": "a"}}, {"summary": {}}]
+    assert sweep_plots.energy_unit(rows) == "a / b"
+    assert sweep_plots.energy_unit(rows[1:]) == "a" and sweep_plots.energy_unit(rows[2:]) is None

@@ -1,8 +1,10 @@
 """Energies per site beside totals with their unit named (summary.json, the report, the header,
-energy.png); dynamics.png leaves out panels constant by symmetry; the chain S(q) plot labels the
+energy.png, dynamics.png, the sweep plots); dynamics.png leaves out panels constant by symmetry and draws a
+conserved energy as E(t) - E(0); the chain S(q) plot labels the
 largest S(q)'s q; the dynamics header leaves out what dynamics does not use (issue 56 item 10)."""
 
 import logging
+import re
 import types
 
 import numpy as np
@@ -82,6 +84,44 @@ def test_a_panel_stays_when_either_curve_moves(tmp_path):
     exact = {"t": list(t), "obs/magnetization_z": list(0.1 * t)}  # the exact curve moves: TDVP missed it
     assert not trajectory_plot.constant(records, exact, "obs/magnetization_z")
     assert trajectory_plot.constant(records, None, "obs/magnetization_z")
+
+
+def drifting(n=6, drift=1e-8):
+    """A real-time trajectory whose energy -8 drifts by `drift` t (TDVP's error on a conserved energy)."""
+    t = np.linspace(0, 0.5, n)
+    return [{"t": float(x), "energy": -8.0 + drift * x, "energy_error": 0.0, "obs/magnetization_x": float(np.cos(x))}
+            for x in t], t
+
+
+def offset_free(ax) -> bool:
+    """Whether the y axis reads without an offset ("1e-9-7.99999999"): a power of ten at most."""
+    ax.figure.canvas.draw()
+    return re.fullmatch(r"(1e[-\u2212]\d+)?", ax.yaxis.get_offset_text().get_text()) is not None
+
+
+def test_dynamics_png_draws_a_conserved_energy_as_its_drift_in_the_unit(tmp_path):
+    records, t = drifting()
+    exact = {"t": list(t), "energy": [-8.0] * len(t), "obs/magnetization_x": list(np.cos(t))}
+    fig = trajectory_plot.plot_trajectory(records, exact, tmp_path / "dynamics.png", unit="Pauli (sigma = 2S)")
+    energy, _ = fig.axes
+    assert energy.get_ylabel() == "E(t) - E(0)\n[Pauli (sigma = 2S)]"
+    assert energy.get_title(loc="right") == "E(0) = -8"
+    np.testing.assert_allclose(energy.containers[0].lines[0].get_xydata()[:, 1], 1e-8 * t, atol=1e-15)
+    np.testing.assert_allclose(energy.lines[-1].get_ydata(), 0.0)  # the exact curve
+    assert offset_free(energy)
+    runs = [("h=1", records, exact), ("h=2", [dict(r, energy=2 * r["energy"]) for r in records], None)]
+    energy, _ = trajectory_plot.plot_trajectories(runs, tmp_path / "sweep.png", unit="Pauli (sigma = 2S)").axes
+    assert energy.get_ylabel() == "E(t) - E(0)\n[Pauli (sigma = 2S)]" and offset_free(energy)
+    np.testing.assert_allclose(energy.containers[1].lines[0].get_xydata()[:, 1], 2e-8 * t, atol=1e-15)
+
+
+def test_dynamics_png_draws_an_energy_that_moves_as_it_is_with_no_offset(tmp_path):
+    records, _ = drifting(drift=2e-3)  # above CONSERVED_TOLERANCE of |E|: E(t) itself
+    assert trajectory_plot.conserved_energy(records, None) is None
+    energy, _ = trajectory_plot.plot_trajectory(records, None, tmp_path / "dynamics.png").axes
+    assert energy.get_ylabel() == "energy" and energy.get_title(loc="right") == ""
+    assert offset_free(energy) and energy.yaxis.get_offset_text().get_text() == ""
+    np.testing.assert_allclose(energy.containers[0].lines[0].get_xydata()[0, 1], -8.0)
 
 
 def test_chain_structure_factor_labels_the_largest_q(tmp_path):
