@@ -28,7 +28,7 @@ from runner.lifecycle import checkpoint, loop, rundir, warm_start
 from runner.lifecycle.dynamics_exact import exact_trajectory, max_abs_errors
 from runner.lifecycle.preemption import StopRequest, exit_status
 from runner.outputs import trajectory_plot
-from runner.outputs.summary import finite, layout_fields, log_warnings
+from runner.outputs.summary import energy_unit, finite, layout_fields, log_warnings, per_site
 from runner.parallel import distributed, mesh
 from runner.physics.observables import ERROR_PREFIX, PREFIX
 
@@ -276,6 +276,10 @@ def _summary(experiment, status, reason, state, records, *, errors, seconds: dic
                "n_sites": experiment.hilbert.n_sites, **layout_fields(experiment, layout), **seconds}
     if records:
         summary.update({k: v for k, v in records[-1].items() if k.startswith(("energy", "obs/", "residual"))})
+    n_sites = experiment.hilbert.n_sites  # per site and the unit, as a ground-state summary's (summary.UNIT_FIELDS)
+    summary["energy_per_site"] = per_site(summary.get("energy"), n_sites)
+    summary["energy_error_per_site"] = per_site(summary.get("energy_error"), n_sites)
+    summary["energy_unit"] = energy_unit(experiment.settings.fingerprint.get("hamiltonian._target_"))
     if errors is not None:
         summary["max_abs_error"] = errors
     fingerprint.stamp(summary, experiment.settings.fingerprint)
@@ -284,6 +288,18 @@ def _summary(experiment, status, reason, state, records, *, errors, seconds: dic
         summary["warnings"] = health.check_dynamics(records, real_time=task.real_time,
                                                     metropolis=health.metropolis(experiment.problem.sampler))
     return summary
+
+
+def final_line(summary: dict) -> str:
+    """The run's last log line: how it ended, its last energy (total and per site, in its unit) and
+    its largest |error| against the exact dynamics."""
+    line = f"dynamics {summary['status']} at t = {summary['t_reached']}"
+    if summary.get("energy") is not None:
+        error = summary.get("energy_error")
+        pm = lambda scale: f" ± {error / scale:.2e}" if error is not None else ""
+        line += (f"; energy {summary['energy']:.10f}{pm(1)} (energy/N = {summary['energy_per_site']:.10f}"
+                 f"{pm(summary['n_sites'])}) in {summary['energy_unit']}")
+    return f"{line}; max |error| against exact: {summary.get('max_abs_error')}"
 
 
 def execute(experiment, layout, run_dir: Path, resuming: bool, stop: StopRequest | None = None, *, tracking=None,
@@ -323,11 +339,11 @@ def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopReq
     if distributed.is_main():
         if exact is not None:
             checkpoint.write_atomic(run_dir / rundir.EXACT_TRAJECTORY, lambda f: f.write(json.dumps(exact).encode()))
-        trajectory_plot.plot_trajectory(records, exact, run_dir / rundir.DYNAMICS_PLOT)
+        trajectory_plot.plot_trajectory(records, exact, run_dir / rundir.DYNAMICS_PLOT, unit=result["energy_unit"])
         (run_dir / rundir.SUMMARY).write_text(json.dumps(result, indent=2) + "\n")
         if tracking is not None:
             tracking.close(result)
-    log.info("dynamics %s at t = %s; max |error| against exact: %s", status, result["t_reached"], errors)
+    log.info(final_line(result))
     log_warnings(result)
     if status in ("preempted", "interrupted"):
         stop.hand_over()
