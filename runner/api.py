@@ -256,8 +256,8 @@ def _energy_statistics(problem):
 def run(overrides=(), run_dir=None, quiet=False) -> TrainedRun:
     """Runs an experiment from Python as `python -m runner OVERRIDES` does, and loads it.
 
-    The config is composed from conf/ (`runner.cli.CONF_DIR`) with Hydra's compose API, its
-    overrides checked like the CLI's (`runner.cli.check_overrides`), and run by `runner.app.run`
+    The config is composed from conf/ as the CLI composes it, its overrides checked as the CLI's
+    (`runner.config.compose.compose`), and run by `runner.app.run`
     (skip, resume or start over, as the CLI would). Hydra's record of the composition
     (RUN_DIR/.hydra/config.yaml, overrides.yaml) is written as the CLI's Hydra writes it.
 
@@ -281,23 +281,16 @@ def run(overrides=(), run_dir=None, quiet=False) -> TrainedRun:
         ConfigError: a bad config, with the sentence the CLI prints after "Config error: "
             (nothing is run and nothing is written).
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     from runner import app, cli
+    from runner.config import compose
     from runner.lifecycle import rundir
     from runner.parallel.runtime import configure_runtime
 
     configure_runtime()  # effective only if JAX has not started yet
     overrides = [str(o) for o in overrides]
-    cli.check_overrides(overrides)
-    try:
-        with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
-            cfg = compose("config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError("overrides", f"cannot be composed ({' '.join(str(err).split())})") from None
+    cfg = compose.compose(overrides)
     run_dir = Path(run_dir) if run_dir is not None else Path("outputs") / cli.run_id()
     with _run_logging(run_dir, quiet):
         app.run(cfg, run_dir=str(run_dir), raise_config_errors=True)  # refuses before writing anything

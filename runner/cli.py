@@ -1,18 +1,19 @@
 """The Hydra entry point, kept thin: configure the process, compose, hand over to `app.run`."""
 
-import difflib
 import os
 import sys
 import time
 from pathlib import Path
 
-from runner.config import fingerprint
+from runner.config import compose
 from runner.errors import ConfigError
 from runner.lifecycle.hparams_search import quiet_storage_logs
 from runner.lifecycle.preemption import EXIT_INTERRUPTED
 from runner.parallel.runtime import configure_runtime
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = compose.CONF_DIR
+# Hydra's flags that compose another config than conf/config.yaml
+OTHER_CONFIG = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir"}
 # The CLI's log, RUN_DIR/cli.log: Hydra's job log (hydra/job_logging: default), named after the job,
 # which Hydra names after the file of the `@hydra.main` function, this one. `runner.run` writes the same.
 LOG_FILE = f"{Path(__file__).stem}.log"
@@ -20,15 +21,17 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's d
 
 
 def check_overrides(argv):
-    """Refuses `group=option` overrides naming a missing option, and overrides whose group or key
-    does not exist (a typo), naming the nearest valid names; what `python -m runner` checks before
-    Hydra composes (Hydra would print several lines, or suggest `+key`, which the runner refuses).
+    """Refuses the overrides of a command line (its `-m`-style flags left out) that choose a missing
+    option or set a key the composed config does not have, naming the nearest valid names: what
+    `python -m runner` checks before Hydra runs the job (`runner.config.compose.check_overrides`,
+    against the composition Hydra gives).
 
     Raises:
         ConfigError: its str() is the one sentence (`runner.run` raises it; the CLI prints it, exit 2).
     """
-    _group_choices(argv)
-    _key_names(argv)
+    if any(arg.split("=")[0] in OTHER_CONFIG for arg in argv):
+        return  # another primary config than conf/config.yaml: Hydra's own errors
+    compose.check_overrides([arg for arg in argv if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))])
 
 
 def refuse_bad_overrides(argv):
@@ -38,90 +41,6 @@ def refuse_bad_overrides(argv):
     except ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         sys.exit(2)
-
-
-def _group_choices(argv):
-    conf = Path(CONF_DIR)
-    for arg in argv:
-        if "=" not in arg or arg.startswith(("-", "+", "~", "hydra")):
-            continue
-        key, _, value = arg.partition("=")
-        group = conf / key
-        if "." in key or not group.is_dir():
-            continue
-        options = sorted(p.stem for p in group.glob("*.yaml"))
-        for choice in value.strip("[]").split(","):  # a sweep a,b or a list [a,b] (logger=[jsonl,mlflow])
-            if choice not in options:
-                raise ConfigError(f"{key}={choice}", f"is not an option; choose one of: {', '.join(options)}.")
-
-
-def _nearest(name: str, names) -> str:
-    close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
-    return f"did you mean {' or '.join(close)}?" if close else f"valid names: {', '.join(sorted(names))}."
-
-
-def _choices(argv) -> dict:
-    """{group: chosen option}: the config's defaults, then `group=option` overrides."""
-    import yaml
-
-    chosen = {}
-    for entry in yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())["defaults"]:
-        if isinstance(entry, dict):
-            chosen.update({k: v for k, v in entry.items() if isinstance(v, str)})
-    picked = {}
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if (Path(CONF_DIR) / key).is_dir() and "," not in value:
-            picked[key] = value
-    # An experiment's `override /group: option` entries come before the command line's choices.
-    experiment = Path(CONF_DIR) / "experiment" / f"{picked.get('experiment')}.yaml"
-    if experiment.is_file():
-        for entry in (yaml.safe_load(experiment.read_text()) or {}).get("defaults", []):
-            if isinstance(entry, dict):
-                chosen.update({k.removeprefix("override /"): v for k, v in entry.items() if isinstance(v, str)})
-    return {**chosen, **picked}
-
-
-def _key_names(argv):
-    import yaml
-
-    conf = Path(CONF_DIR)
-    top = yaml.safe_load((conf / "config.yaml").read_text())
-    groups = {p.name for p in conf.iterdir() if p.is_dir()} - {"hydra"}
-    chosen = _choices(argv)
-    for arg in argv:
-        if "=" not in arg or arg.startswith(("-", "+", "~", "hydra")):
-            continue
-        key = arg.partition("=")[0]
-        head, _, rest = key.partition(".")
-        if head not in groups and head not in top:
-            raise ConfigError(head, f"is not a config group or top-level key; "
-                                    f"{_nearest(head, groups | set(top) - {'defaults'})}")
-        option = chosen.get(head)
-        if not rest or head not in groups or not option or option == "null":
-            continue
-        node = _option_node(head, option)
-        sub = rest.partition(".")[0]
-        if isinstance(node, dict) and node and sub not in node:
-            instead = fingerprint.RETIRED_BY.get(f"{head}.{sub}")  # an old key: what replaced it
-            raise ConfigError(f"{head}.{sub}", f"is not a key of {head}={option}; "
-                                               f"{instead or _nearest(sub, set(node) - {'_target_'})}")
-
-
-def _option_node(group: str, option: str, seen=()) -> dict:
-    """conf/GROUP/OPTION.yaml's keys, with those of the options of the same group its defaults
-    list extends (e.g. sampler=full_sum_lattice: full_sum's keys and its own symmetry)."""
-    import yaml
-
-    path = Path(CONF_DIR) / group / f"{option}.yaml"
-    node = (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
-    if not isinstance(node, dict):
-        return node
-    merged = {}
-    for entry in node.pop("defaults", None) or []:
-        if isinstance(entry, str) and entry not in ("_self_", *seen) and "/" not in entry:
-            merged.update(_option_node(group, entry, (*seen, option)))
-    return {**merged, **node}
 
 
 def run_id(env=None) -> str:

@@ -9,8 +9,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from runner.cli import CONF_DIR
-from runner.config import fingerprint
+from runner.config import compose, fingerprint
 from runner.core.estimate import BURN_IN_SWEEPS, burn_in_sweeps, final_burn_in
 from runner.core.sampler import init_chains
 from runner.core.vmc import full_sum_invariance_error
@@ -33,30 +32,24 @@ USAGE = "usage: python -m runner.evaluate RUN_DIR [overrides, e.g. sampler.n_sam
 
 
 def compose_config(run_dir, overrides) -> dict:
-    """The run's config with `overrides` applied, as Hydra composes them.
+    """The run's config with `overrides` applied after the run's own, as Hydra composes them
+    (`runner.config.compose.compose`: each override checked against that composition).
 
     The run's own record (.hydra/config.yaml) is the base; a top-level key or group is taken
     from the composition only where the overrides change it (so a conf/ edited since the run
     does not leak in).
 
     Raises:
-        ConfigError: an override Hydra cannot compose, or one that changes the Hamiltonian,
+        ConfigError: an override refused or that Hydra cannot compose, or one that changes the Hamiltonian,
             model (other than its sector, `PROJECTION_KEY`), lattice or dtype (naming the key
             and both values).
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     stored = load.read_config(run_dir)
     run_overrides = load.read_overrides(run_dir)
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            base = OmegaConf.to_container(compose("config", overrides=run_overrides), resolve=True)
-            new = OmegaConf.to_container(compose("config", overrides=[*run_overrides, *overrides]), resolve=True)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError("overrides", f"cannot be composed with the run's config ({str(err).splitlines()[0]})") from None
+    base = OmegaConf.to_container(compose.compose(before=run_overrides), resolve=True)
+    new = OmegaConf.to_container(compose.compose(overrides, before=run_overrides), resolve=True)
     config = dict(stored)
     for key in new:
         if base.get(key) != new[key]:
