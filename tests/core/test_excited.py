@@ -1,6 +1,8 @@
 """Natural excited states: the K-state determinant, the copies' space and Hamiltonian, and the
 energy matrix, against dense diagonalisation."""
 
+from typing import NamedTuple
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -43,6 +45,36 @@ def _determinant_of(vectors_KxD, n):
 
 def _each(model):
     return lambda p, s: model.apply({"params": p}, s, method=model.each)
+
+
+class Mixed(NamedTuple):
+    """K states psi_i = sum_k C_ik phi_k over the K lowest eigenstates of `_system(n)`, as a
+    Determinant, and its local matrices at draws of K distinct configurations."""
+
+    ham: object
+    states: np.ndarray  # [2^n, n]
+    dense: np.ndarray  # [2^n, 2^n]
+    energies: np.ndarray  # [2^n] every level, ascending
+    phi: np.ndarray  # [2^n, 2^n] the eigenvectors as columns
+    c: np.ndarray  # [K, K]
+    model: Determinant
+    params: dict
+    sigma: jax.Array  # [2, draws / 2, K n] int8
+    m: jax.Array  # [2, draws / 2, K, K]
+    rng: np.random.Generator  # after C's and the configurations' draws
+
+
+def _mixed_eigenstates(seed: int, n: int, K: int, draws: int = 8) -> Mixed:
+    _, ham, states, dense = _system(n)
+    energies, phi = np.linalg.eigh(dense)
+    rng = np.random.default_rng(seed)
+    c = rng.normal(size=(K, K)) + 1j * rng.normal(size=(K, K))
+    model, params = _determinant_of(c @ phi[:, :K].T, n)
+    # configurations no symmetry of the chain maps onto each other (elsewhere det Psi may vanish)
+    codes = np.array([rng.choice([0, 1, 3, 5, 7, 15], size=K, replace=False) for _ in range(draws)])
+    sigma = jnp.asarray(states[codes].reshape(2, draws // 2, -1), jnp.int8)
+    m = excited.local_matrices(ham, _each(model), params, sigma, K)
+    return Mixed(ham, states, dense, energies, phi, c, model, params, sigma, m, rng)
 
 
 def test_the_determinant_is_log_det_of_the_states_and_antisymmetric():
@@ -107,17 +139,10 @@ def test_the_local_matrix_is_the_dense_one():
 def test_states_spanning_eigenstates_give_their_energies_at_every_sample():
     """psi_i = sum_k C_ik phi_k over the K lowest eigenstates: M(x) = C diag(E) C^-1 at every x
     (zero variance), so the energies and gaps are exact from any samples."""
-    n, K = 4, 3
-    _, ham, states, dense = _system(n)
-    energies, phi = np.linalg.eigh(dense)
-    rng = np.random.default_rng(2)
-    c = rng.normal(size=(K, K)) + 1j * rng.normal(size=(K, K))
-    model, params = _determinant_of(c @ phi[:, :K].T, n)
-    # configurations no symmetry of the chain maps onto each other (elsewhere det Psi may vanish)
-    codes = np.array([rng.choice([0, 1, 3, 5, 7, 15], size=K, replace=False) for _ in range(10)])
-    sigma = jnp.asarray(states[codes].reshape(2, 5, -1), jnp.int8)
-    m = excited.local_matrices(ham, _each(model), params, sigma, K)
-    expected = c @ np.diag(energies[:K]) @ np.linalg.inv(c)
+    K = 3
+    mix = _mixed_eigenstates(2, 4, K, draws=10)
+    m, energies = mix.m, mix.energies
+    expected = mix.c @ np.diag(energies[:K]) @ np.linalg.inv(mix.c)
     assert np.allclose(m, np.broadcast_to(expected, m.shape), atol=1e-9)
     found = excited.levels(m)
     assert np.allclose(found.energies, energies[:K], atol=1e-9)
@@ -130,18 +155,11 @@ def test_state_variances_vanish_for_eigenstates_and_are_the_diagonal_variances_o
     model, not constructed ones); otherwise the weighted variance of diag(C^-1 M(x) C) with C the
     eigenvectors of the mean, ordered like the ascending levels (checked against a direct loop)."""
     n, K = 4, 3
-    _, ham, states, dense = _system(n)
-    energies, phi = np.linalg.eigh(dense)
-    rng = np.random.default_rng(5)
-    c = rng.normal(size=(K, K)) + 1j * rng.normal(size=(K, K))
-    model, params = _determinant_of(c @ phi[:, :K].T, n)
-    codes = np.array([rng.choice([0, 1, 3, 5, 7, 15], size=K, replace=False) for _ in range(8)])
-    m = excited.local_matrices(ham, _each(model), params, jnp.asarray(states[codes].reshape(2, 4, -1), jnp.int8), K)
-    assert np.all(excited.state_variances(m) < 1e-18)
-    vectors = rng.normal(size=(K, len(states))) + 1j * rng.normal(size=(K, len(states)))
-    model, params = _determinant_of(vectors, n)
-    m = np.asarray(excited.local_matrices(ham, _each(model), params,
-                                          jnp.asarray(states[codes].reshape(2, 4, -1), jnp.int8), K))
+    mix = _mixed_eigenstates(5, n, K)
+    assert np.all(excited.state_variances(mix.m) < 1e-18)
+    rng, D = mix.rng, len(mix.states)
+    model, params = _determinant_of(rng.normal(size=(K, D)) + 1j * rng.normal(size=(K, D)), n)
+    m = np.asarray(excited.local_matrices(mix.ham, _each(model), params, mix.sigma, K))
     w = rng.uniform(0.5, 2.0, size=(2, 4))
     flat, wf = m.reshape(-1, K, K), (w / w.sum()).reshape(-1)
     values, c = np.linalg.eig(sum(wi * mi for wi, mi in zip(wf, flat)))
@@ -283,22 +301,18 @@ def test_the_combination_of_the_eigenstate_coefficients_is_eigenstate_k():
     (overlap 1 - 1e-10), and its dense energy <psi|H|psi>/<psi|psi> is level k, that `levels`
     reports at index k (issue 56: `state(k)` was psi_k, one copy, not the k-th eigenstate)."""
     n, K = 4, 3
-    _, ham, states, dense = _system(n)
-    energies, phi = np.linalg.eigh(dense)
-    rng = np.random.default_rng(7)
-    c = rng.normal(size=(K, K)) + 1j * rng.normal(size=(K, K))
-    model, params = _determinant_of(c @ phi[:, :K].T, n)
-    codes = np.array([rng.choice([0, 1, 3, 5, 7, 15], size=K, replace=False) for _ in range(8)])
-    m = excited.local_matrices(ham, _each(model), params, jnp.asarray(states[codes].reshape(2, 4, -1), jnp.int8), K)
-    found = excited.levels(m)
-    rows = excited.eigenstate_coefficients(m)
+    mix = _mixed_eigenstates(7, n, K)
+    states, phi, energies = mix.states, mix.phi, mix.energies
+    found = excited.levels(mix.m)
+    rows = excited.eigenstate_coefficients(mix.m)
     assert rows.shape == (K, K) and np.allclose(np.max(np.abs(rows), axis=1), 1)
     for k in range(K):
         one = excited.Combination(base=Table(n), n_states=K, coefficients=tuple(complex(x) for x in rows[k]))
-        psi = np.exp(np.asarray(one.apply({"params": params}, jnp.asarray(states, jnp.int8))))
+        psi = np.exp(np.asarray(one.apply({"params": mix.params}, jnp.asarray(states, jnp.int8))))
         psi /= np.linalg.norm(psi)
         assert abs(np.vdot(phi[:, k], psi)) ** 2 > 1 - 1e-10, k
-        energy = np.vdot(psi, dense @ psi).real
+        energy = np.vdot(psi, mix.dense @ psi).real
         assert energy == pytest.approx(energies[k], abs=1e-9) and energy == pytest.approx(found.energies[k], abs=1e-9)
-    single = np.exp(np.asarray(jax.vmap(lambda s: _each(model)(params, s))(jnp.asarray(states, jnp.int8))))[:, 2]
+    each = jax.vmap(lambda s: _each(mix.model)(mix.params, s))
+    single = np.exp(np.asarray(each(jnp.asarray(states, jnp.int8))))[:, 2]
     assert abs(np.vdot(phi[:, 2], single / np.linalg.norm(single))) ** 2 < 0.99  # one copy alone is not phi_2

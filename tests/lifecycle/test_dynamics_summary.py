@@ -27,5 +27,6 @@ def test_the_dynamics_summary_has_energies_per_site_and_the_unit(tmp_path, hamil
     last = [line for line in (run_dir / cli.LOG_FILE).read_text().splitlines() if "dynamics completed" in line]
     assert last, "no final line"
     assert f"energy {summary['energy']:.10f} ± {summary['energy_error']:.2e}" in last[-1]
-    assert f"(energy/N = {summary['energy_per_site']:.10f} ± {summary['energy_error_per_site']:.2e}) in {unit}" in last[-1]
+    per_site = f"{summary['energy_per_site']:.10f} ± {summary['energy_error_per_site']:.2e}"
+    assert f"(energy/N = {per_site}) in {unit}" in last[-1]
     assert "max |error| against exact: {" in last[-1]

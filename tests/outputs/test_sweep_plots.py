@@ -109,7 +109,8 @@ def test_runs_of_one_size_draw_totals_with_a_per_site_axis(tmp_path):
 
 def test_runs_without_their_size_or_unit_draw_totals_labelled_energy(tmp_path):
     for i, h in enumerate((0.5, 1.0)):
-        fake_run(tmp_path / f"{i}_h={h}", [f"h={h}"], {**completed(-h), "exact_energy": None, "relative_error": None}, energies=[-h])
+        unknown = {**completed(-h), "exact_energy": None, "relative_error": None}  # no n_sites, no energy_unit
+        fake_run(tmp_path / f"{i}_h={h}", [f"h={h}"], unknown, energies=[-h])
     rows = sorted(report.collect(tmp_path), key=report._sort_key)
     for fig in (sweep_plots.plot_energy(rows, "h", ["h"], tmp_path / "e.png"),
                 sweep_plots.plot_sweep(rows, "h", tmp_path / "s.png"),
