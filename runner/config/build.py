@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
 from runner.config import excited, fingerprint, schedules, task
-from runner.core import precond
+from runner.core import memory, precond
 from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.problem import Problem
 from runner.core.sampler import training_power
@@ -28,7 +28,7 @@ GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditi
 # Every other top-level key the composed config may hold (read by the runner, the observables,
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
 TOP_LEVEL = ("task", "observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
-             "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
+             "memory_budget", "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
              "reject_jump", "peak_search")
 DTYPES = {
     "float64": (jnp.float64, True),
@@ -60,6 +60,7 @@ class Settings:
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
     init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
     task: Any = None  # runner.config.task.Dynamics (a time evolution) or Excited (the lowest states); None: a ground state
+    memory_budget: float | None = None  # GiB a step's batch may take (automatic chunks when chunk_size is null); None: no limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +154,9 @@ def read_settings(config: dict) -> Settings:
     chunk_size = config.get("chunk_size")
     if chunk_size is not None:
         require_int("chunk_size", chunk_size, minimum=1)
+    budget = config.get("memory_budget")
+    if budget is not None:
+        require_number("memory_budget", budget, positive=True)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
     peak_search = require_int("peak_search", config.get("peak_search"), minimum=0)
     the_task = task.read(config.get("task"))
@@ -160,7 +164,8 @@ def read_settings(config: dict) -> Settings:
             and config.get("init_from") is None):
         raise ConfigError("task.initial_state", "is init_from, which needs init_from=RUN_DIR (a run whose state to evolve)")
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
-                    fingerprint.of(fingerprint.fingerprinted(config, None)), None, the_task)
+                    fingerprint.of(fingerprint.fingerprinted(config, None)), None, the_task,
+                    None if budget is None else float(budget))
 
 
 def _check_chunk(chunk_size, sampler):
@@ -300,6 +305,26 @@ def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamil
     return ground
 
 
+def _with_chunks(settings: Settings, problem: Problem, param_dtype):
+    """Settings and problem with the chunk the memory budget asks for (`memory.chunk_for`) when
+    chunk_size is null; the fingerprint then holds that chunk, so a resume checks the chunks
+    (which change the last bits) rather than the budget. An explicit chunk_size is checked."""
+    _check_chunk(settings.chunk_size, problem.sampler)
+    if settings.chunk_size is not None or settings.memory_budget is None or problem.sampler is None:
+        return settings, problem
+    ham = problem.hamiltonian
+    per_sample = memory.bytes_per_sample(problem.model, ham.n_sites, ham.n_connected, jnp.dtype(param_dtype).itemsize)
+    chunk = memory.chunk_for(problem.sampler.n_samples, problem.sampler.n_chains, per_sample,
+                             settings.memory_budget * memory.GIB)
+    if chunk is None:
+        return settings, problem
+    log.info("samples evaluated %d at a time: about %.3g MiB each, memory_budget=%g GiB (chunk_size overrides)",
+             chunk, per_sample / 2**20, settings.memory_budget)
+    fp = {**settings.fingerprint, "chunk_size": chunk} if "chunk_size" in settings.fingerprint else settings.fingerprint
+    return (dataclasses.replace(settings, chunk_size=chunk, fingerprint=fp),
+            dataclasses.replace(problem, chunk_size=chunk))
+
+
 def build(config: dict) -> Experiment:
     """Validates the whole config and builds the experiment. Touches no device and reads no other
     run's files (a warm start is resolved by the run: `runner.lifecycle.warm_start.resolve`).
@@ -338,7 +363,6 @@ def build(config: dict) -> Experiment:
     precondition = instantiate("preconditioner", _with_schedule(config, "preconditioner", "diag_shift")[0])
     if dtype_name in MIXED:
         precondition = precond.solving_in(precondition, jnp.float64)
-    _check_chunk(settings.chunk_size, sampler)
     clip = config.get("clip_local_energy")
     if clip is not None:
         require_number("clip_local_energy", clip, positive=True)
@@ -353,6 +377,7 @@ def build(config: dict) -> Experiment:
                       None if clip is None else float(clip), None if reject is None else float(reject))
     observed = _observables(config.get("observables"), hilbert, hamiltonian)
     problem = excited.problem_of(problem, n_states, observed)
+    settings, problem = _with_chunks(settings, problem, param_dtype)
     if isinstance(sampler, FullSumSampler):
         _check_full_sum(config, problem)
     if training_power(sampler) != 2.0 and config["preconditioner"].get("momentum"):

@@ -9,8 +9,10 @@ from runner.errors import ConfigError
 # Top-level keys and groups that never change the numbers of a run: its length, when it
 # checkpoints, whether it resumes, whether the exact energy is computed, and how the chains
 # are laid out over devices and processes (a checkpoint resumes on any layout with the same
-# number of chains). Everything else, keys added later included, is fingerprinted.
-EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger", "optimized_metric", "hydra")
+# number of chains). The memory budget counts through the chunk it picks, which the build writes
+# into chunk_size. Everything else, keys added later included, is fingerprinted.
+EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger", "optimized_metric", "hydra",
+            "memory_budget")
 # Keys (or whole groups) that change a finished run's summary but not its trajectory or
 # checkpoints: resuming ignores them, returning a completed run's summary does not. Observables
 # are measured on the samples a step draws anyway and never feed back into the parameters; the
