@@ -164,10 +164,10 @@ def with_bias_channel(kernel, bias, kernel_size: int, n_dims: int):
 class CNN(nn.Module):
     """Convolutions over the unit cells (the basis sites as input channels, `grid_conv`):
     a first layer, then depth - 1 residual layers x + conv(f(x)), and log psi = the sum
-    over cells of a readout of f(x) (f: `activation`). Periodic padding with pbc makes every layer commute with the
-    lattice translations, so log psi is invariant under them. Square lattices convolve on the
-    (Lx, Ly) grid, triangular ones on the same grid in oblique coordinates (their sites form a
-    Bravais grid too), chains in 1D."""
+    over cells of a readout of f(x), f = log cosh (`models.common.log_cosh`). Periodic padding
+    with pbc makes every layer commute with the lattice translations, so log psi is invariant
+    under them. Square lattices convolve on the (Lx, Ly) grid, triangular ones on the same grid
+    in oblique coordinates (their sites form a Bravais grid too), chains in 1D."""
 
     channels: int = 8
     """Channels of every convolution."""
@@ -175,8 +175,6 @@ class CNN(nn.Module):
     """Kernel extent in cells along each lattice direction."""
     depth: int = 2
     """Number of convolution layers (the first, plus depth - 1 residual ones)."""
-    activation: str = "log_cosh"
-    """The nonlinearity f; the one allowed value is log_cosh (`models.common.log_cosh`)."""
     sector: Any = None
     """The symmetry sector projected onto: None (no projection), a `runner.physics.symmetry.Sector`
     or {momentum, irrep, parity}; held as a `models.symmetrize.Projection`. With pbc log psi is
@@ -194,7 +192,6 @@ class CNN(nn.Module):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(key, f"must be a positive integer (got {value!r})")
         check_param_dtype(self.param_dtype)
-        activation(self.activation)
         invariance = None
         if self.hilbert is not None and not isinstance(self.hilbert, symmetrize.Lattice):
             invariance = symmetrize.Invariance(
@@ -212,7 +209,7 @@ class CNN(nn.Module):
         conv = grid_conv(lattice.shape, self.kernel_size, lattice.pbc)
         x = sigma_xN.reshape(*sigma_xN.shape[:-1], *lattice.shape, lattice.n_basis).astype(self.param_dtype)
         n_window = self.kernel_size ** n
-        f, gain = activation(self.activation)
+        f, gain = activation("log_cosh")
         for layer in range(self.depth):
             h = x if layer == 0 else f(x)
             kernel = self.param(f"kernel{layer}", normal(gain / math.sqrt(n_window * h.shape[-1])),

@@ -21,12 +21,14 @@ EXCLUDED = ("n_iter", "resume", "checkpoint_every", "exact", "parallel", "logger
 RESUME_IGNORES = ("final_rounds", "observables", "peak_search", "task.t_end")
 # Keys the runner no longer has (top-level, or `group.key`), with the value under which a stored run
 # did what today's code does.
-RETIRED = {"peak_restart_every": 0, "model.symmetries": "none", "model.parity": None, "model.momentum": None}
+RETIRED = {"peak_restart_every": 0, "model.symmetries": "none", "model.parity": None, "model.momentum": None,
+           "model.activation": "log_cosh"}
 _PROJECTION = ("model.symmetries", "model.parity", "model.momentum")
 # Retired group keys of some constructors only (`_target_` by its last name): another may have a key of that name.
-RETIRED_OWNERS = {key: ("RBMSymm", "CNN", "ViT") for key in _PROJECTION}
+RETIRED_OWNERS = {**{key: ("RBMSymm", "CNN", "ViT") for key in _PROJECTION}, "model.activation": ("CNN",)}
 # What replaced a retired key, said when a stored run holds it at another value.
-RETIRED_BY = {key: "model.sector replaces model.symmetries, parity and momentum" for key in _PROJECTION}
+RETIRED_BY = {**{key: "model.sector replaces model.symmetries, parity and momentum" for key in _PROJECTION},
+              "model.activation": "the CNN's nonlinearity is log_cosh"}
 
 
 def _retired(key: str, flat: dict) -> bool:

@@ -123,7 +123,7 @@ class MLflowLogger:
         store_dir.mkdir(parents=True, exist_ok=True)
         self.lock_path = store_dir / (MLFLOW_DB + ".lock")
         self.uri = uri or f"sqlite:///{(store_dir / MLFLOW_DB).resolve()}"
-        self.flush_seconds = float(settings.get("flush_seconds", 10.0))
+        self.flush_secs = float(settings.get("flush_secs", 10.0))
         self.client = self._write(MlflowClient, tracking_uri=self.uri)  # creates the tables: one process at a time
         self.pending, self.flushed_at = [], time.monotonic()
         id_file = run_dir / MLFLOW_RUN_ID
@@ -178,7 +178,7 @@ class MLflowLogger:
 
         now = int(time.time() * 1000)
         self.pending += [Metric(k, v, now, record["step"]) for k, v in numbers(record).items()]
-        if time.monotonic() - self.flushed_at >= self.flush_seconds:
+        if time.monotonic() - self.flushed_at >= self.flush_secs:
             self.flush()
 
     def flush(self):

@@ -190,7 +190,8 @@ def graph(
         edges: list of [i, j]: the bonds (a repeated pair is one bond).
         next_edges: list of [i, j]: the next_bonds, or null for none.
         positions: [N][d] site coordinates, or null (all sites at the origin, d = 1).
-        pbc: kept for a uniform interface; the edges already say what is joined.
+        pbc: whether the models that convolve along the site order (the CNN) wrap around from
+            the last site to the first; the edges say what the Hamiltonian joins.
         total_sz: null, or the fixed total S^z.
     """
     require_int("n_sites", n_sites, minimum=1)

@@ -4,7 +4,8 @@ import pytest
 
 from runner.config import fingerprint
 from runner.errors import ConfigError
-from tests.config.test_build import compose_config
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
 
 
 def test_fingerprint_covers_the_numbers_and_not_the_run_knobs():
@@ -130,3 +131,32 @@ def test_the_retired_projection_keys_of_the_lattice_models():
     assert fingerprint.first_difference(stored, {**today, "model.sector": "auto"})[0] == "model.sector"
     assert not fingerprint.same(fingerprint.record(stored), {**today, "model.sector": "auto"})
 
+
+def test_the_retired_activation_of_the_cnn():
+    """model.activation of cnn (log_cosh, its one value, now always): dropped at log_cosh, one sentence
+    otherwise; another model's key of that name is its own."""
+    old = {"model": {"_target_": "models.CNN", "channels": 8, "activation": "log_cosh", "sector": None}, "seed": 0}
+    today = {"model": {"_target_": "models.CNN", "channels": 8, "sector": None}, "seed": 0}
+    assert fingerprint.without_retired(old) == today
+    stored, current = fingerprint.of(old), fingerprint.of(today)
+    assert fingerprint.first_difference(stored, current) is None
+    assert fingerprint.same(fingerprint.record(stored), current)
+    assert fingerprint.digest(stored) == fingerprint.digest(current)
+    other = {**stored, "model.activation": "tanh"}
+    assert fingerprint.first_difference(other, current) == ("model.activation", "tanh", fingerprint.MISSING)
+    assert not fingerprint.same(fingerprint.record(other), current)
+    with pytest.raises(ConfigError) as info:
+        fingerprint.without_retired({"model": {**old["model"], "activation": "tanh"}, "seed": 0})
+    assert info.value.sentence() == ("model.activation is tanh in that run, an option this version no longer has "
+                                     "(the CNN's nonlinearity is log_cosh).")
+    custom = {"model": {"_target_": "my_pkg.Model", "activation": "log_cosh"}}
+    assert fingerprint.without_retired(custom) == custom
+    assert fingerprint.first_difference(fingerprint.of(custom), {"model._target_": "Model"})[0] == "model.activation"
+
+
+def test_a_removed_key_on_the_command_line_is_refused_in_one_sentence(tmp_path):
+    proc = run_cli(["model=cnn", "model.activation=log_cosh", f"hydra.run.dir={tmp_path / 'run'}"], REPO, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("Config error: model.activation is not a key of model=cnn; "), proc.stderr
+    assert not (tmp_path / "run").exists()

@@ -14,7 +14,7 @@ import pytest
 from runner import report
 from runner.errors import ConfigError
 from runner.outputs import loggers
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 TINY = ["hilbert.L=6", "sampler.n_samples=128", "n_iter=10", "final_rounds=1"]
 
@@ -65,7 +65,7 @@ def test_mlflow_store_holds_params_metrics_and_artifacts(tracked_run):
     assert run.data.tags["run_dir"] == str(tracked_run.resolve())
     params = run.data.params
     assert (params["hilbert.L"], params["sampler.n_samples"], params["n_iter"]) == ("6", "128", "10")
-    assert params["logger.mlflow.flush_seconds"] == "10" and "hydra.run.dir" not in params
+    assert params["logger.mlflow.flush_secs"] == "10" and "hydra.run.dir" not in params
     records = metrics_of(tracked_run)
     history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "energy"))
     assert history == [(r["step"], r["energy"]) for r in records]
@@ -93,7 +93,7 @@ def test_report_reads_the_store_and_skips_the_trackers_folders(tracked_run, caps
 @pytest.mark.slow
 def test_a_resumed_run_goes_on_in_the_same_mlflow_run_and_tensorboard_series(tmp_path):
     args = ["hilbert.L=6", "sampler.n_samples=128", "final_rounds=1", "exact=false", "checkpoint_every=4",
-            "logger=[tensorboard,mlflow]", "logger.mlflow.flush_seconds=0", "hydra.run.dir=run"]
+            "logger=[tensorboard,mlflow]", "logger.mlflow.flush_secs=0", "hydra.run.dir=run"]
     run_cli([*args, "n_iter=6"], tmp_path, check=True)
     run_cli([*args, "n_iter=10"], tmp_path, check=True)  # resumes from the checkpoint at step 6
     run_dir = tmp_path / "run"
@@ -115,7 +115,7 @@ def test_a_resumed_run_goes_on_in_the_same_mlflow_run_and_tensorboard_series(tmp
 @pytest.mark.slow
 def test_a_run_started_over_gets_a_new_mlflow_run_and_tensorboard_series(tmp_path):
     args = ["hilbert.L=6", "sampler.n_samples=128", "final_rounds=1", "exact=false", "n_iter=3",
-            "logger=[mlflow,tensorboard]", "logger.mlflow.flush_seconds=0", "hydra.run.dir=run"]
+            "logger=[mlflow,tensorboard]", "logger.mlflow.flush_secs=0", "hydra.run.dir=run"]
     run_cli(args, tmp_path, check=True)
     run_cli([*args, "seed=1", "resume=false"], tmp_path, check=True)  # another config, started over
     run_dir = tmp_path / "run"
@@ -141,7 +141,7 @@ WRITER = textwrap.dedent("""
     store, run_dir, start_at = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     run_dir.mkdir(parents=True)
     time.sleep(max(0.0, start_at - time.time()))  # all writers start together: tables created once
-    logger = MLflowLogger(run_dir, {"flush_seconds": 0}, store, "concurrent", run_dir.name)
+    logger = MLflowLogger(run_dir, {"flush_secs": 0}, store, "concurrent", run_dir.name)
     logger.log_params({"job": run_dir.name, "seed": "0"})
     for step in range(40):
         logger.log_metrics({"step": step, "energy": -float(step), "variance": 1.0 / (1 + step)})
@@ -210,9 +210,9 @@ def test_an_unknown_logger_on_the_command_line_is_refused(tmp_path):
 
 
 def _slurm_reason():
-    from tests.integration.test_slurm import _REASON
+    from tests.helpers.slurm import slurm_unavailable
 
-    return _REASON
+    return slurm_unavailable()
 
 
 @pytest.mark.slow
@@ -229,7 +229,7 @@ def test_two_concurrent_slurm_jobs_log_to_one_mlflow_store(tmp_path):
     name = f"vmc-test-{uuid.uuid4().hex[:8]}"
     args = [sys.executable, "-m", "runner", "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep_dir}",
             f"hydra.launcher.name={name}", "hydra.launcher.array_parallelism=2", *TINY, "exact=false",
-            "logger=[jsonl,mlflow]", "logger.mlflow.flush_seconds=0", "model.alpha=1,2"]
+            "logger=[jsonl,mlflow]", "logger.mlflow.flush_secs=0", "model.alpha=1,2"]
     try:
         proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     finally:
