@@ -12,8 +12,8 @@ import pytest
 import runner
 from models import RBM
 from runner.physics.hilbert import all_states
-from tests.conftest import REPO, run_cli
-from tests.dense import dense_pauli, dense_psi
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.dense import dense_pauli, dense_psi
 
 EXACT = ["hilbert.L=6", "sampler=exact", "sampler.n_samples=512", "sampler.n_chains=8", "final_rounds=4", "n_iter=15"]
 
@@ -135,7 +135,7 @@ def test_expect_is_in_the_original_basis_after_a_sign_rule(heisenberg):
 def test_local_energies_and_peak_check_against_dense_sums(heisenberg):
     """E_loc = (H psi)(sigma) / psi(sigma) with H as simulated (after the sign rule), on every
     configuration; the peak check's largest |psi| is the largest of all of them."""
-    from tests.dense import basis_index, dense_heisenberg
+    from tests.helpers.dense import basis_index, dense_heisenberg
 
     run = runner.load(heisenberg)
     states = all_states(run.hilbert)

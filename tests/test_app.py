@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 # ---------------------------------------------------------------------------------------------
 # Resume and "already completed" prove the run directory holds this config's run (APP-A)
@@ -209,7 +209,7 @@ def test_only_process_0_computes_the_exact_energy(monkeypatch):
 
     from runner.config.build import build
     from runner.lifecycle import finish
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     experiment = build(compose_config(["hilbert.L=6", "exact=true"]))
     calls, sent = [], []
@@ -229,8 +229,8 @@ def test_broadcast_keeps_every_bit():
 
 @pytest.mark.slow
 def test_two_processes_share_the_exact_energy(tmp_path):
-    from tests.dense import dense_ising
-    from tests.integration.test_parallel import free_port, start_distributed
+    from tests.helpers.dense import dense_ising
+    from tests.helpers.parallel import free_port, start_distributed
 
     overrides = ["hilbert.L=6", "n_iter=2", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=1",
                  "exact=true"]
@@ -371,7 +371,7 @@ def nan_run(tmp_path, caplog, overrides):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     experiment = build(compose_config(overrides))
     with caplog.at_level("INFO", logger="runner"), pytest.raises(SystemExit) as exit_info:
@@ -393,7 +393,7 @@ def test_health_warnings_are_in_the_summary_and_printed(tmp_path, caplog):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     # two steps from random parameters: far from the exact energy; CG allowed 2 iterations a step
     experiment = build(compose_config([*RUN, "n_iter=2", "exact=true", "preconditioner.solver=cg",
@@ -479,7 +479,7 @@ def test_header_logs_the_models_sector_with_auto_resolved(caplog):
 
     from runner.config.build import build
     from runner.outputs.header import log_header
-    from tests.config.test_build import KAGOME, compose_config
+    from tests.helpers.config import KAGOME, compose_config
 
     layout = types.SimpleNamespace(n_devices=1)
     for exact, line in (("auto", "sector: k=(0,0) B1 P=+1 (auto: from the exact spectrum)"),
@@ -501,7 +501,7 @@ def test_header_names_a_task_other_than_the_ground_state(caplog):
 
     from runner.config.build import build
     from runner.outputs.header import log_header
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     config = compose_config(["task=excited", "task.n_states=3", "hilbert.L=4", "dtype=complex128"])
     with caplog.at_level("INFO"):

@@ -9,8 +9,8 @@ import pytest
 
 from runner.doctor import Report, check_proxies
 from runner.parallel import distributed
-from tests.conftest import REPO
-from tests.integration.test_parallel import free_port, start_distributed
+from tests.helpers.cli import REPO
+from tests.helpers.parallel import free_port, start_distributed
 
 
 def doctor(args, env=None, timeout=120):

@@ -3,28 +3,13 @@ into evaluation.json (summary.json untouched); physics overrides refused."""
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, evaluated, run_cli, run_evaluate
 
 RUN = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=2", "exact=auto", "n_iter=20"]
 MORE = ["sampler.n_samples=4096", "final_rounds=4"]  # 4096 samples in all: 4 rounds of 1024
-
-
-def run_evaluate(args, timeout=300):
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "runner.evaluate", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=env)
-
-
-def evaluated(run_dir, overrides):
-    proc = run_evaluate([run_dir, *overrides])
-    assert proc.returncode == 0, proc.stderr
-    return json.loads((run_dir / "evaluation.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +121,7 @@ def test_the_symmetry_projection_of_the_trained_parameters_is_evaluated_exactly(
 
     import runner
     from runner.physics.hilbert import all_states
-    from tests.dense import basis_index, dense_ising
+    from tests.helpers.dense import basis_index, dense_ising
 
     run_dir = tmp_path / "run"
     run_cli([*RUN, "model=rbm_symm", "n_iter=10", f"hydra.run.dir={run_dir}"], REPO, check=True)

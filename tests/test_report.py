@@ -2,10 +2,8 @@
 
 import csv
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,35 +11,10 @@ import pytest
 
 from runner import report
 from runner.outputs import structure_factor_plot, sweep_plots, sweep_table
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.runs import completed, fake_run
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "n_iter=6"]
-
-
-def fake_run(path, overrides, summary=None, energies=(), age_s=0.0, total_sz=None, files=None):
-    """A run directory as the runner writes it: .hydra/overrides.yaml and config.yaml (with
-    hilbert.total_sz), metrics.jsonl, summary.json, and `files` ({name: JSON object}:
-    correlations.json, spectrum.json)."""
-    (path / ".hydra").mkdir(parents=True)
-    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    sz = "null" if total_sz is None else total_sz
-    (path / ".hydra" / "config.yaml").write_text(f"n_iter: 10\nseed: 0\nhilbert:\n  total_sz: {sz}\n")
-    for name, content in (files or {}).items():
-        (path / name).write_text(json.dumps(content))
-    if energies:
-        lines = [json.dumps({"step": i, "energy": e, "energy_error": 0.01}) for i, e in enumerate(energies)]
-        (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-        stamp = time.time() - age_s
-        os.utime(path / "metrics.jsonl", (stamp, stamp))
-    if summary is not None:
-        (path / "summary.json").write_text(json.dumps(summary))
-    return path
-
-
-def completed(energy, exact=-10.0, **extra):
-    return {"status": "completed", "energy": energy, "energy_error": 1e-3, "exact_energy": exact,
-            "relative_error": abs(energy - exact) / abs(exact), "v_score": 1e-3, "n_iter": 10,
-            "steps_done": 10, "seconds_per_iter": 0.02, "processes": 2, "devices": 2, **extra}
 
 
 @pytest.fixture

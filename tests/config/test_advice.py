@@ -8,7 +8,7 @@ import pytest
 from runner import cli
 from runner.config.build import build
 from runner.errors import ConfigError
-from tests.config.test_build import compose_config
+from tests.helpers.config import compose_config
 
 
 def suggestions(message: str) -> list[list[str]]:

@@ -1,15 +1,10 @@
 """Every option of every config group composes and builds; bad values name their key."""
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from runner.config.build import GROUPS, build
 from runner.errors import ConfigError
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
+from tests.helpers.config import CONF, KAGOME, compose_config
 
 # Options that need a compatible choice elsewhere to make a valid experiment.
 COMPANIONS = {
@@ -17,12 +12,6 @@ COMPANIONS = {
     "hamiltonian": {"heisenberg": ["hilbert.total_sz=0", "sampler=metropolis_exchange"]},
     "sampler": {"metropolis_exchange": ["hilbert.total_sz=0", "hamiltonian=heisenberg"]},
 }
-
-
-def compose_config(overrides=()):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def all_options():
@@ -92,10 +81,6 @@ def test_bad_values_name_their_key(overrides, key):
 
 
 # --- model.sector: parsed and `auto` resolved before the model is built -----------------------
-
-KAGOME = ["hilbert=kagome", "hilbert.L=2", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
-          "model=cnn", "model.channels=2"]
-
 
 def test_auto_is_the_exact_ground_sector_where_the_exact_solver_runs():
     """The 2 x 2 kagome Heisenberg ground state lies in k=(0,0) B1 P=+1 (docs/physics.md); the

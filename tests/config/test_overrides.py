@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner import cli
 from runner.config import compose
 from runner.errors import ConfigError
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))

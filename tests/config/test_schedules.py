@@ -17,8 +17,8 @@ from runner.core.vmc import init_state, vmc_step
 from runner.errors import ConfigError
 from runner.lifecycle import rundir
 from runner.parallel import mesh
-from tests.config.test_build import compose_config
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
 
 RUN = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
        "checkpoint_every=100", "preconditioner.solver=cholesky"]

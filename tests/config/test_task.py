@@ -8,8 +8,8 @@ from runner.config.build import build
 from runner.config.task import Excited, read
 from runner.core import integrators
 from runner.errors import ConfigError
-from tests.config.test_build import compose_config
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.config import compose_config
 
 
 def test_ground_state_is_the_default_and_leaves_the_fingerprint_unchanged():

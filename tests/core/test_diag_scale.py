@@ -9,7 +9,8 @@ from runner.core import precond
 from runner.core.diag_scale import metric_diagonal
 from runner.core.precond_types import SampleChunks, from_dense
 from runner.errors import ConfigError
-from tests.core.test_precond import MINSR_MODES, _centred_jacobian, _chunked, _close, _on_devices
+from tests.helpers.jacobians import MINSR_MODES, assert_close, centred_jacobian, chunked
+from tests.helpers.parallel import on_devices
 
 SOLVERS = ("cholesky", "eigh", "cg", "minsr", "minsr_blocks")
 
@@ -47,7 +48,7 @@ def _solve(solver, Obar, eps, mode, n_params, **kw):
     also from 3 parameter blocks)."""
     if solver.startswith("minsr"):
         p = precond.minsr(param_chunk_size=10 if solver == "minsr_blocks" else None, **kw)
-        jac = _chunked(Obar, mode, 8, 2)
+        jac = chunked(Obar, mode, 8, 2)
         if solver == "minsr_blocks":
             jac = _in_blocks(jac, (n_params // 3, n_params // 3, n_params - 2 * (n_params // 3)))
     else:
@@ -67,17 +68,17 @@ def test_every_solver_solves_the_relatively_shifted_system(kind, solver):
     the plain diag_shift to rounding; diag_scale = 1 is another direction than without."""
     mode = MINSR_MODES[kind][1]
     for n_params, n_samples in ((40, 96), (120, 48)):
-        Obar, eps = _centred_jacobian(9, n_params, n_samples, kind)
+        Obar, eps = centred_jacobian(9, n_params, n_samples, kind)
         x, _, _ = _solve(solver, Obar, eps, mode, n_params, diag_shift=1e-3, diag_scale=0.5)
         expected = _reference(Obar, eps, mode, 1e-3, 0.5)
-        _close(x, expected, 1e-8)
+        assert_close(x, expected, 1e-8)
         plain, _, _ = _solve(solver, Obar, eps, mode, n_params, diag_shift=1e-3)
         zero, _, _ = _solve(solver, Obar, eps, mode, n_params, diag_shift=1e-3, diag_scale=0.0)
-        _close(zero, np.asarray(plain), 1e-8)
+        assert_close(zero, np.asarray(plain), 1e-8)
         assert np.abs(np.asarray(plain) - expected).max() > 1e-2 * np.abs(expected).max()
     scheduled, _, info = _solve(solver, Obar, eps, mode, n_params, diag_shift=lambda step: 1e-3 + 0 * step,
                                 diag_scale=0.5)
-    _close(scheduled, expected, 1e-8)
+    assert_close(scheduled, expected, 1e-8)
     assert float(info["diag_shift"]) == pytest.approx(1e-3)
 
 
@@ -86,26 +87,26 @@ def test_spring_with_a_relative_shift_matches_the_formula(kind):
     """SPRING with diag_scale: x_k = (S + Lambda)^-1 (F - mu S x_{k-1}) + mu x_{k-1}, two steps."""
     mode = MINSR_MODES[kind][1]
     spring = precond.minsr(diag_shift=1e-3, momentum=0.8, diag_scale=0.5)
-    (O1, e1), (O2, e2) = _centred_jacobian(11, 120, 48, kind), _centred_jacobian(12, 120, 48, kind)
+    (O1, e1), (O2, e2) = centred_jacobian(11, 120, 48, kind), centred_jacobian(12, 120, 48, kind)
     x_dtype = O1.dtype if mode == "holomorphic" else O1.real.dtype
     state = spring.init(jnp.zeros(120, x_dtype))
-    x1, state, _ = jax.jit(lambda O, e, s: spring.update(_chunked(O, mode, 8, 1), e, mode, s))(O1, e1, state)
-    x2, _, _ = jax.jit(lambda O, e, s: spring.update(_chunked(O, mode, 8, 2), e, mode, s))(O2, e2, state)
+    x1, state, _ = jax.jit(lambda O, e, s: spring.update(chunked(O, mode, 8, 1), e, mode, s))(O1, e1, state)
+    x2, _, _ = jax.jit(lambda O, e, s: spring.update(chunked(O, mode, 8, 2), e, mode, s))(O2, e2, state)
     ref1 = _reference(O1, e1, mode, 1e-3, 0.5, momentum=0.8)
-    _close(x1, ref1, 1e-8)
-    _close(x2, _reference(O2, e2, mode, 1e-3, 0.5, momentum=0.8, previous=ref1), 1e-8)
+    assert_close(x1, ref1, 1e-8)
+    assert_close(x2, _reference(O2, e2, mode, 1e-3, 0.5, momentum=0.8, previous=ref1), 1e-8)
 
 
 @pytest.mark.parametrize("solver", ["cholesky", "minsr"])
 def test_max_norm_measures_the_step_in_s_with_a_relative_shift(solver):
     """With diag_scale, the trust region still measures sqrt(x^H S x) (S itself, not S + Lambda)."""
     mode = "holomorphic"
-    Obar, eps = _centred_jacobian(5, 40, 96, "holomorphic")
+    Obar, eps = centred_jacobian(5, 40, 96, "holomorphic")
     x, _, _ = _solve(solver, Obar, eps, mode, 40, diag_shift=1e-3, diag_scale=0.5)
     norm = float(np.linalg.norm(np.asarray(Obar).T @ np.asarray(x)))
     capped, _, info = _solve(solver, Obar, eps, mode, 40, diag_shift=1e-3, diag_scale=0.5, max_norm=norm / 2)
     np.testing.assert_allclose(float(info["step_norm"]), norm, rtol=1e-8)
-    _close(capped, np.asarray(x) / 2, 1e-10)
+    assert_close(capped, np.asarray(x) / 2, 1e-10)
 
 
 @pytest.mark.parametrize("kind", sorted(MINSR_MODES))
@@ -113,24 +114,24 @@ def test_the_metric_diagonal_is_bitwise_the_same_on_every_layout(kind):
     """diag(S) from 3 chunks of 16 chains: NumPy's diag(A^H A), and the same bits on 1, 2 and 4
     devices (chain sums added in a fixed order)."""
     mode = MINSR_MODES[kind][1]
-    Obar, eps = _centred_jacobian(6, 40, 16 * 24, kind)
-    diagonal = lambda O: metric_diagonal(_chunked(O, mode, 16, 3).chunks)  # noqa: E731
-    d1 = _on_devices(diagonal, 1, Obar, mesh_in_context=True)
+    Obar, eps = centred_jacobian(6, 40, 16 * 24, kind)
+    diagonal = lambda O: metric_diagonal(chunked(O, mode, 16, 3).chunks)  # noqa: E731
+    d1 = on_devices(diagonal, 1, Obar, mesh_in_context=True)
     np.testing.assert_allclose(d1, (np.abs(np.asarray(Obar)) ** 2).sum(axis=1), rtol=1e-12)
     for n in (2, 4):
-        np.testing.assert_array_equal(_on_devices(diagonal, n, Obar, mesh_in_context=True), d1)
+        np.testing.assert_array_equal(on_devices(diagonal, n, Obar, mesh_in_context=True), d1)
 
 
 def test_a_parameter_without_derivative_gets_no_step():
     """A column of Obar that is zero (a derivative constant over the samples) with diag_shift 0:
     its component of the direction is 0, the others solve the system without it."""
-    Obar, eps = _centred_jacobian(4, 40, 96, "real")
+    Obar, eps = centred_jacobian(4, 40, 96, "real")
     Obar = Obar.at[7].set(0.0)
     for solver in ("cholesky", "minsr"):
         x, _, _ = _solve(solver, Obar, eps, "real", 40, diag_shift=0.0, diag_scale=0.5)
         assert np.all(np.isfinite(np.asarray(x))) and float(x[7]) == 0.0
         keep = np.arange(40) != 7
-        _close(np.asarray(x)[keep], _reference(Obar[keep], eps, "real", 0.0, 0.5), 1e-8)
+        assert_close(np.asarray(x)[keep], _reference(Obar[keep], eps, "real", 0.0, 0.5), 1e-8)
 
 
 @pytest.mark.parametrize("bad", [-0.1, "big", float("nan"), True])
@@ -143,7 +144,7 @@ def test_diag_scale_is_checked(bad):
 
 def test_a_config_with_diag_scale_builds_and_a_bad_one_is_refused_before_compiling():
     from runner.config.build import build
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     for group in ("sr", "minsr"):
         experiment = build(compose_config([f"preconditioner={group}", "preconditioner.diag_scale=0.1",
@@ -176,7 +177,7 @@ def test_runs_with_diag_scale_are_the_same_on_every_layout(case, tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     experiment = build(compose_config([*LAYOUT_CASES[case], "preconditioner.diag_scale=0.1",
                                        "sampler.n_samples=256", "sampler.n_chains=8",

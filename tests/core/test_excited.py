@@ -209,7 +209,7 @@ def test_nes_training_by_the_vmc_step_reaches_the_lowest_levels():
     from runner.core import precond
     from runner.core import sampler as samplers
     from runner.core.vmc import init_state, vmc_step
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     n, K = 6, 3
     space = hb.chain(n)

@@ -24,11 +24,11 @@ from runner.errors import ConfigError
 from runner.parallel import mesh
 from runner.physics import exact, hamiltonians, pauli
 from runner.physics import hilbert as hb
-from tests.config.test_build import compose_config
-from tests.conftest import REPO, run_cli
-from tests.core.test_gradients import _exact_weighted, _setup
-from tests.integration.test_parallel import assert_identical_runs, energies, free_port, start_distributed
-from tests.test_evaluate import evaluated
+from tests.helpers.cli import REPO, evaluated, run_cli
+from tests.helpers.config import compose_config
+from tests.helpers.exact import exact_setup, exact_weighted
+from tests.helpers.parallel import free_port, start_distributed
+from tests.helpers.runs import assert_identical_runs, energies
 
 SHIFT = 0.05
 PRECONDITIONERS = {
@@ -65,13 +65,13 @@ CASES = [(m, solver, chunk) for m in ("rbm_real", "rbm_complex", "nonholomorphic
 def test_energy_and_update_are_the_exact_sums(model_name, solver, chunk_size):
     """64 configurations on 3 rows of 22 (2 padding rows of weight 0): the energy, its variance
     and the SR / minSR update equal the dense sums over the space, chunked or not."""
-    lattice, ham, model, states, params, H = _setup(model_name, seed=1)
+    lattice, ham, model, states, params, H = exact_setup(model_name, seed=1)
     sampler = smp.full_sum(lattice, n_chains=3)
     assert sampler.sigma_CxTxN.shape[:2] == (3, 22) and sampler.n_configurations == 64
     problem = Problem(ham, model, sampler, optax.sgd(0.1), PRECONDITIONERS[solver])
     mode = gradient_mode(params, model)
     core_mode = "real" if mode == "split" else mode
-    Obar, eps, E = (np.asarray(x) for x in _exact_weighted(problem, params, states, mode))
+    Obar, eps, E = (np.asarray(x) for x in exact_weighted(problem, params, states, mode))
     psi = np.exp(np.asarray(model.apply({"params": params}, states)))
     p = np.abs(psi) ** 2 / np.sum(np.abs(psi) ** 2)
     eloc = eps / np.sqrt(p) + E

@@ -1,122 +1,38 @@
 """Gradients, SR and minSR against exact full sums over the Hilbert space."""
 
 import dataclasses
-import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
-from jax.flatten_util import ravel_pytree
 
-from models import MLP, RBM, Jastrow
-from models.common import normal
-from runner.core import local_energy, precond
-from runner.core.jacobian import jacobian, log_derivatives
+from runner.core import precond
+from runner.core.jacobian import jacobian
 from runner.core.local_energy import local_energies
 from runner.core.precond_types import force, from_dense
-from runner.core.problem import Problem
 from runner.core.sr import _pcg, _ritz
 from runner.core.stats import clip_outliers
 from runner.core.vmc import energy_and_update
 from runner.core.wavefunction import gradient_mode
-from runner.physics import hamiltonians, pauli
-from runner.physics import hilbert as hb
-
-
-class NonHolomorphic(nn.Module):
-    """A complex-parameter model that is not holomorphic (uses conj): exercises the split path."""
-
-    param_dtype: jnp.dtype = jnp.complex128
-
-    @nn.compact
-    def __call__(self, sigma_xN):
-        n = sigma_xN.shape[-1]
-        w = self.param("w", normal(0.3), (n,), self.param_dtype)
-        x = sigma_xN.astype(self.param_dtype)
-        return x @ w + 0.5 * jnp.tanh(x @ jnp.conj(w))
-
-
-MODELS = {
-    "rbm_real": RBM(alpha=1, param_dtype=jnp.float64),
-    "rbm_complex": RBM(alpha=1, param_dtype=jnp.complex128),
-    "jastrow_complex": Jastrow(param_dtype=jnp.complex128),
-    "mlp_real": MLP(hidden=(5, 4), param_dtype=jnp.float64),
-    "nonholomorphic": NonHolomorphic(),
-}
-
-
-def _setup(model_name, seed=0):
-    lattice = hb.chain(6)
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
-    model = MODELS[model_name]
-    states = jnp.asarray(hb.all_states(lattice))
-    params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
-    params = jax.tree_util.tree_map(lambda x: x * 20, params)
-    H = jnp.asarray(pauli.to_sparse(ham, np.asarray(states)).toarray())
-    return lattice, ham, model, states, params, H
-
-
-def _exact_energy(model, states, H):
-    """params -> <psi|H|psi> / <psi|psi>, compiled (eagerly, a deep model is hundreds of small
-    programs)."""
-    def energy(params):
-        psi = jnp.exp(model.apply({"params": params}, states))
-        return jnp.real(jnp.vdot(psi, H @ psi) / jnp.vdot(psi, psi))
-
-    return jax.jit(energy)
-
-
-def _exact_weighted(problem, params, states, mode):
-    """Obar and eps weighted by sqrt(p): Obar^H eps and Obar^H Obar are exact expectations
-    (one compiled program)."""
-    return jax.jit(functools.partial(_weighted, problem, mode=mode))(params, states)
-
-
-def _weighted(problem, params, states, mode):
-    logpsi = problem.model.apply({"params": params}, states)
-    p = jnp.exp(2 * jnp.real(logpsi))
-    p = p / jnp.sum(p)
-    eloc = jax.vmap(lambda s: local_energy.local_energy(problem.hamiltonian, problem.logpsi, params, s))(states)
-    O = log_derivatives(problem, params, states[None], mode)[0]
-    E = jnp.sum(p * eloc)
-    Obar = jnp.sqrt(p)[:, None] * (O - jnp.sum(p[:, None] * O, axis=0))
-    eps = jnp.sqrt(p) * (eloc - E)
-    return Obar, eps, E
-
-
-def _wirtinger_reference(energy, params):
-    """The gradient convention of the core: dE/dtheta for real, dE/dx + i dE/dy for complex."""
-    flat, unravel = ravel_pytree(params)
-    if not jnp.iscomplexobj(flat):
-        return jax.jit(jax.grad(lambda v: energy(unravel(v))))(flat)
-    n = flat.shape[0]
-    split = jnp.concatenate([flat.real, flat.imag])
-    g = jax.jit(jax.grad(lambda v: energy(unravel(v[:n] + 1j * v[n:]))))(split)
-    return g[:n] + 1j * g[n:]
-
-
-def _problem(model, ham):
-    return Problem(ham, model, sampler=None, optimizer=optax.sgd(0.1), precondition=precond.none())
+from tests.helpers.exact import MODELS, exact_energy, exact_setup, exact_weighted, problem_of, wirtinger_reference
 
 
 @pytest.mark.parametrize("model_name", sorted(MODELS))
 @pytest.mark.slow
 def test_gradient_matches_exact_derivative(model_name):
-    lattice, ham, model, states, params, H = _setup(model_name)
-    problem = _problem(model, ham)
+    lattice, ham, model, states, params, H = exact_setup(model_name)
+    problem = problem_of(model, ham)
     mode = gradient_mode(params, model)
     assert mode == {"rbm_real": "real", "mlp_real": "real", "nonholomorphic": "split"}.get(model_name, "holomorphic")
-    Obar, eps, E = _exact_weighted(problem, params, states, mode)
-    np.testing.assert_allclose(E, _exact_energy(model, states, H)(params), rtol=1e-10)
+    Obar, eps, E = exact_weighted(problem, params, states, mode)
+    np.testing.assert_allclose(E, exact_energy(model, states, H)(params), rtol=1e-10)
     core_mode = "real" if mode == "split" else mode
     F = force(from_dense(Obar.T, core_mode), eps, core_mode)
     if mode == "split":
         n = F.shape[0] // 2
         F = F[:n] + 1j * F[n:]
-    expected = _wirtinger_reference(_exact_energy(model, states, H), params)
+    expected = wirtinger_reference(exact_energy(model, states, H), params)
     np.testing.assert_allclose(np.asarray(F), np.asarray(expected), rtol=1e-7, atol=1e-9)
 
 
@@ -124,11 +40,11 @@ def test_gradient_matches_exact_derivative(model_name):
 @pytest.mark.parametrize("solver", ["cholesky", "eigh"])
 @pytest.mark.slow
 def test_sr_and_minsr_match_exact_solve(model_name, solver):
-    lattice, ham, model, states, params, H = _setup(model_name, seed=1)
-    problem = _problem(model, ham)
+    lattice, ham, model, states, params, H = exact_setup(model_name, seed=1)
+    problem = problem_of(model, ham)
     mode = gradient_mode(params, model)
     core_mode = "real" if mode == "split" else mode
-    Obar, eps, _ = _exact_weighted(problem, params, states, mode)
+    Obar, eps, _ = exact_weighted(problem, params, states, mode)
     shift = 0.05
     # Reference: S and F built explicitly from the definitions, solved densely in NumPy.
     Ob, ep = np.asarray(Obar), np.asarray(eps)
@@ -151,12 +67,12 @@ def test_sr_and_minsr_match_exact_solve(model_name, solver):
 
 def test_sr_holomorphic_equals_split_for_holomorphic_model():
     """The complex fast path and the general real-split path give the same update."""
-    lattice, ham, model, states, params, H = _setup("rbm_complex", seed=2)
-    problem = _problem(model, ham)
+    lattice, ham, model, states, params, H = exact_setup("rbm_complex", seed=2)
+    problem = problem_of(model, ham)
     solve = precond.sr(diag_shift=0.02, solver="cholesky")
-    Obar, eps, _ = _exact_weighted(problem, params, states, "holomorphic")
+    Obar, eps, _ = exact_weighted(problem, params, states, "holomorphic")
     holo = solve(from_dense(Obar.T, "holomorphic"), eps, "holomorphic")
-    Obar_s, eps_s, _ = _exact_weighted(problem, params, states, "split")
+    Obar_s, eps_s, _ = exact_weighted(problem, params, states, "split")
     split = solve(from_dense(Obar_s.T, "real"), eps_s, "real")
     n = split.shape[0] // 2
     np.testing.assert_allclose(np.asarray(holo), np.asarray(split[:n] + 1j * split[n:]), rtol=1e-7, atol=1e-10)
@@ -174,8 +90,8 @@ def test_cholesky_falls_back_on_singular_metric():
 @pytest.mark.slow
 def test_jacobian_products_equal_the_dense_matrix(model_name):
     """The products SR's conjugate gradients use (O never formed) equal those with dense O."""
-    lattice, ham, model, states, params, H = _setup(model_name, seed=3)
-    problem = _problem(model, ham)
+    lattice, ham, model, states, params, H = exact_setup(model_name, seed=3)
+    problem = problem_of(model, ham)
     mode = gradient_mode(params, model)
     core_mode = "real" if mode == "split" else mode
     sigma = jnp.asarray(states[:40]).reshape(4, 10, -1)
@@ -270,8 +186,8 @@ def test_clip_local_energy_changes_only_the_gradient_of_outlying_samples():
     update is the one from the clipped local energies (checked against the force computed
     from clipped values by hand); without outliers beyond the limit nothing changes."""
 
-    lattice, ham, model, states, params, H = _setup("rbm_complex")
-    plain = _problem(model, ham)
+    lattice, ham, model, states, params, H = exact_setup("rbm_complex")
+    plain = problem_of(model, ham)
     clipped = dataclasses.replace(plain, clip_local_energy=0.5)
     loose = dataclasses.replace(plain, clip_local_energy=1e6)
     sigma = jnp.asarray(states)[: 16 * (len(states) // 16)].reshape(16, -1, lattice.n_sites)

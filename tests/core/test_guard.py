@@ -16,8 +16,9 @@ from runner.core.stats import Stats
 from runner.core.vmc import init_state, vmc_step
 from runner.errors import ConfigError
 from runner.parallel import mesh
-from tests.config.test_build import compose_config
-from tests.integration.test_parallel import assert_identical_runs, energies, execute_on_devices
+from tests.helpers.config import compose_config
+from tests.helpers.parallel import execute_on_devices
+from tests.helpers.runs import assert_identical_runs, energies
 
 CASE = ["hilbert.L=8", "model=rbm", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
         "checkpoint_every=100"]

@@ -19,10 +19,11 @@ from runner.core.problem import Problem, VMCState, draw
 from runner.core.vmc import energy_and_update
 from runner.errors import ConfigError
 from runner.parallel import mesh
-from tests.config.test_build import compose_config
-from tests.conftest import REPO, run_cli
-from tests.core.test_gradients import _exact_weighted, _setup
-from tests.integration.test_parallel import assert_identical_runs, free_port, start_distributed
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
+from tests.helpers.exact import exact_setup, exact_weighted
+from tests.helpers.parallel import free_port, start_distributed
+from tests.helpers.runs import assert_identical_runs
 
 
 def test_equal_weights_give_the_plain_statistics():
@@ -37,7 +38,7 @@ def test_equal_weights_give_the_plain_statistics():
 
 def _problem(machine_pow, n_samples, seed=2, model="rbm_real"):
     """A real RBM (E_loc real: the error bar of the energy is its real part's)."""
-    lattice, ham, model, states, params, H = _setup(model, seed=seed)
+    lattice, ham, model, states, params, H = exact_setup(model, seed=seed)
     sampler = smp.exact(lattice, n_samples=n_samples, n_chains=16, machine_pow=machine_pow)
     return Problem(ham, model, sampler, optax.sgd(0.1), precond.none()), params, states
 
@@ -57,7 +58,7 @@ def test_reweighted_energy_and_force_are_unbiased_with_honest_error_bars(machine
     scatter around the dense <psi|H|psi> and 2 <Obar* eps> within their error bars, and the
     energy's error bar is the seeds' actual spread."""
     problem, params, states = _problem(machine_pow, 1024)
-    Obar, eps, E = (np.asarray(x) for x in _exact_weighted(problem, params, states, "real"))
+    Obar, eps, E = (np.asarray(x) for x in exact_weighted(problem, params, states, "real"))
     force = 2 * (Obar.conj().T @ eps).real
     solver = problem.precondition.init(jnp.zeros(1))
 
@@ -94,7 +95,7 @@ def test_burn_in_takes_chains_from_anywhere_to_psi_squared():
     """`estimate.burn_in`: 8,192 chains started in the least likely configuration are, after
     `BURN_IN_SWEEPS` sweeps, distributed as the dense |psi|^2 (total variation within sampling
     noise); with 0 sweeps, and for a sampler without chains, nothing moves."""
-    lattice, ham, model, states, params, _ = _setup("rbm_real", seed=2)
+    lattice, ham, model, states, params, _ = exact_setup("rbm_real", seed=2)
     p = np.exp(2 * np.real(np.asarray(model.apply({"params": params}, states))))
     p /= p.sum()
     sampler = smp.metropolis_local(lattice, n_samples=16384, n_chains=8192)
@@ -119,7 +120,7 @@ def test_burn_in_takes_chains_from_anywhere_to_psi_squared():
 
 
 def test_final_burn_in_only_after_training_on_another_power():
-    lattice = _setup("rbm_real")[0]
+    lattice = exact_setup("rbm_real")[0]
     assert final_burn_in(smp.metropolis_local(lattice, machine_pow=2)) == 0
     assert final_burn_in(smp.metropolis_local(lattice, machine_pow=1)) == BURN_IN_SWEEPS
     assert final_burn_in(smp.exact(lattice, machine_pow=1)) == 0  # independent draws: no chains to burn in

@@ -7,7 +7,7 @@ import pytest
 
 from runner.config.build import build
 from runner.core import memory
-from tests.config.test_build import compose_config
+from tests.helpers.config import compose_config
 
 
 @pytest.mark.parametrize("n_samples,n_chains,per_sample,budget,expected", [

@@ -19,8 +19,8 @@ from runner.core.wavefunction import ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians, observables, pauli
 from runner.physics import hilbert as hb
-from tests.conftest import run_cli
-from tests.dense import X, Z, basis_index, dense_pauli, site_op
+from tests.helpers.cli import run_cli
+from tests.helpers.dense import X, Z, basis_index, dense_pauli, site_op
 
 CASES = {
     # name: (lattice, Hamiltonian), the Hamiltonian only for its basis rotation
@@ -363,7 +363,7 @@ def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     experiment = build(compose_config(["observables=spin", "observables.every=2", "n_iter=4", "hilbert.L=6",
                                        "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=2",
@@ -399,7 +399,7 @@ def test_single_and_sharded_runs_measure_the_same_observables(tmp_path):
 @pytest.mark.parametrize("option", ["none", "spin", "custom"])
 def test_every_option_composes_and_builds(option, repo):
     from runner.config.build import build
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     assert (repo / "conf" / "observables" / f"{option}.yaml").is_file()
     obs = build(compose_config([f"observables={option}", "hamiltonian=heisenberg", "hamiltonian.sign_rule=true"])).observables

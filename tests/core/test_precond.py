@@ -6,42 +6,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from runner.core import precond
 from runner.core.jacobian import jacobian, parameter_blocks
 from runner.core.minsr import _after
-from runner.core.precond_types import SampleChunks, from_dense
+from runner.core.precond_types import from_dense
 from runner.core.sr import CG_TOL_FLOOR, cg_tolerance
 from runner.core.stats import chain_sum, statistics
 from runner.core.vmc import init_state
 from runner.core.wavefunction import gradient_mode
-
-
-def _random_jacobian(seed, n_params, n_samples, mode, dtype=jnp.float64):
-    """A dense Obar with a spread spectrum (a few large directions, like real log-derivatives)."""
-    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
-    weights = jnp.geomspace(3.0, 0.01, n_params)
-    Obar = jax.random.normal(k1, (n_params, n_samples)) * weights[:, None]
-    eps = jax.random.normal(k2, (n_samples,))
-    if mode == "holomorphic":
-        Obar = Obar + 1j * jax.random.normal(k3, (n_params, n_samples)) * weights[:, None]
-        eps = eps * (1 + 0.3j)
-        dtype = {jnp.float64: jnp.complex128, jnp.float32: jnp.complex64}[dtype]
-    return (Obar / jnp.sqrt(n_samples)).astype(dtype), (eps / jnp.sqrt(n_samples)).astype(dtype)
-
-
-def _on_devices(fn, n_devices, *args, mesh_in_context=False):
-    """fn jitted with every argument's last axis (samples, chain-major) split over n devices,
-    compiled under that mesh (`jax.set_mesh`) if asked."""
-    mesh = Mesh(np.asarray(jax.devices()[:n_devices]), ("chains",))
-    shardings = tuple(NamedSharding(mesh, PartitionSpec(*([None] * (a.ndim - 1)), "chains")) for a in args)
-    if mesh_in_context:
-        with jax.set_mesh(mesh):
-            out = jax.jit(fn, in_shardings=shardings)(*args)
-    else:
-        out = jax.jit(fn, in_shardings=shardings)(*args)
-    return jax.tree_util.tree_map(np.asarray, out)
+from tests.helpers.jacobians import MINSR_MODES, assert_close, centred_jacobian, chunked, random_jacobian
+from tests.helpers.parallel import on_devices
 
 
 def _halving_sum(rows):
@@ -65,7 +40,7 @@ def test_chain_sum_adds_in_a_fixed_pairwise_order(n_chains):
 def test_statistics_are_bitwise_the_same_on_every_layout(n_devices):
     x_TxC = jax.random.normal(jax.random.PRNGKey(1), (64, 16)) * 3.0 + 40.0
     stats = lambda x: statistics(x.T)  # noqa: E731
-    for a, b in zip(_on_devices(stats, n_devices, x_TxC), _on_devices(stats, 1, x_TxC)):
+    for a, b in zip(on_devices(stats, n_devices, x_TxC), on_devices(stats, 1, x_TxC)):
         np.testing.assert_array_equal(a, b)
 
 
@@ -76,12 +51,12 @@ def test_dense_sr_is_bitwise_the_same_on_every_layout(mode, mesh_in_context):
     """Without a mesh in context the Gram matrix and force are summed chain by chain; under
     one, Obar is gathered onto every device and multiplied there. Either way no sum over
     samples is split into per-device partials."""
-    Obar, eps = _random_jacobian(0, 40, 16 * 24, mode)
+    Obar, eps = random_jacobian(0, 40, 16 * 24, mode)
     sr = precond.sr(diag_shift=0.01, solver="cholesky")
     solve = lambda O, e: sr.update(from_dense(O, mode)._replace(n_chains=16), e, mode, ())[0]  # noqa: E731
-    x1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=mesh_in_context)
+    x1 = on_devices(solve, 1, Obar, eps, mesh_in_context=mesh_in_context)
     for n in (2, 4):
-        np.testing.assert_array_equal(_on_devices(solve, n, Obar, eps, mesh_in_context=mesh_in_context), x1)
+        np.testing.assert_array_equal(on_devices(solve, n, Obar, eps, mesh_in_context=mesh_in_context), x1)
     # The same solution as from one product over all samples.
     np.testing.assert_allclose(x1, np.asarray(sr(from_dense(Obar, mode), eps, mode)), rtol=1e-10)
 
@@ -106,7 +81,7 @@ def test_cg_tolerance_follows_the_dtype(caplog):
 def test_cg_reaches_its_default_tolerance_and_reports_its_work(mode, dtype):
     """With the dtype's default tolerance CG converges well before cg_maxiter, in 32 bits as in
     64, and says how many iterations it took and the residual it stopped at."""
-    Obar, eps = _random_jacobian(3, 60, 256, mode, dtype)
+    Obar, eps = random_jacobian(3, 60, 256, mode, dtype)
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_maxiter=500)
     state = cg.init(jnp.zeros(60, Obar.dtype))
     x, _, info = jax.jit(lambda O, e: cg.update(from_dense(O, mode), e, mode, state))(Obar, eps)
@@ -121,7 +96,7 @@ def test_cg_reaches_its_default_tolerance_and_reports_its_work(mode, dtype):
 
 
 def test_cg_stopped_by_maxiter_shows_it():
-    Obar, eps = _random_jacobian(4, 60, 256, "real")
+    Obar, eps = random_jacobian(4, 60, 256, "real")
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_maxiter=3, cg_recycle_rank=0)
     _, _, info = cg.update(from_dense(Obar, "real"), eps, "real", cg.init(jnp.zeros(60)))
     assert int(info["cg_iters"]) == 3 and float(info["cg_residual"]) > 1e-5
@@ -133,7 +108,7 @@ def test_cg_stopped_by_maxiter_shows_it():
 def test_cg_refreshes_its_basis_when_deflation_stops_paying(last_iters, refreshed):
     """Between scheduled refreshes, a step whose predecessor needed more iterations than the
     last plain solve refreshes the deflation basis (a plain solve, recorded); otherwise not."""
-    Obar, eps = _random_jacobian(5, 60, 256, "real")
+    Obar, eps = random_jacobian(5, 60, 256, "real")
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_recycle_rank=8, cg_recycle_every=20)
     state = cg.init(jnp.zeros(60))._replace(age=jnp.int32(5), plain_iters=jnp.int32(10),
                                             last_iters=jnp.int32(last_iters))
@@ -148,26 +123,7 @@ def test_cg_refreshes_its_basis_when_deflation_stops_paying(last_iters, refreshe
 
 
 # --- minSR: the sample-space kernel built in chunks, and SPRING's momentum ------------------
-# Modes of the sample-space problem: real parameters with a real or a complex log psi (then A
-# stacks the real and imaginary parts: twice the samples), and holomorphic.
-MINSR_MODES = {"real": ("real", "real"), "real_complex_logpsi": ("holomorphic", "real"),
-               "holomorphic": ("holomorphic", "holomorphic")}
-
-
-def _centred_jacobian(seed, n_params, n_samples, kind):
-    """A random Obar and eps, centred over the samples as the VMC core's are."""
-    Obar, eps = _random_jacobian(seed, n_params, n_samples, MINSR_MODES[kind][0])
-    return Obar - Obar.mean(axis=1, keepdims=True), eps - eps.mean()
-
-
-def _chunked(Obar_PxS, mode, n_chains, n_chunks):
-    """A Jacobian of the dense Obar whose sample-space kernel is built from `n_chunks` chunks."""
-    P, S = Obar_PxS.shape
-    t = S // n_chains // n_chunks
-    rows_CxTxP = Obar_PxS.T.reshape(n_chains, S // n_chains, P)
-    chunks = SampleChunks(
-        n_chunks, lambda: lambda k: jax.lax.dynamic_slice_in_dim(rows_CxTxP, k * t, t, axis=1))
-    return from_dense(Obar_PxS, mode)._replace(n_chains=n_chains, chunks=chunks)
+# MINSR_MODES and the random Jacobians, centred and in chunks: tests/helpers/jacobians.py.
 
 
 def _minsr_reference(Obar_PxS, eps_S, mode, diag_shift, momentum=0.0, previous=None):
@@ -191,10 +147,6 @@ def _minsr_reference(Obar_PxS, eps_S, mode, diag_shift, momentum=0.0, previous=N
     return A.conj().T @ np.linalg.solve(K, 2.0 * b - momentum * (A @ previous)) + momentum * previous
 
 
-def _close(x, expected, rtol):
-    np.testing.assert_allclose(np.asarray(x), expected, rtol=0, atol=rtol * np.abs(expected).max())
-
-
 @pytest.mark.parametrize("kind", sorted(MINSR_MODES))
 @pytest.mark.slow
 def test_chunked_minsr_equals_one_chunk_dense_minsr_and_sr(kind):
@@ -204,16 +156,16 @@ def test_chunked_minsr_equals_one_chunk_dense_minsr_and_sr(kind):
     mode = MINSR_MODES[kind][1]
     minsr = precond.minsr(diag_shift=0.01)
     for n_params, n_samples in ((40, 96), (300, 48)):
-        Obar, eps = _centred_jacobian(7, n_params, n_samples, kind)
-        one = jax.jit(lambda O, e: minsr(_chunked(O, mode, 8, 1), e, mode))(Obar, eps)
+        Obar, eps = centred_jacobian(7, n_params, n_samples, kind)
+        one = jax.jit(lambda O, e: minsr(chunked(O, mode, 8, 1), e, mode))(Obar, eps)
         for n_chunks in (2, 4) if n_samples % 32 == 0 else (2, 3):
-            _close(jax.jit(lambda O, e: minsr(_chunked(O, mode, 8, n_chunks), e, mode))(Obar, eps), one, 1e-12)
-        _close(one, _minsr_reference(Obar, eps, mode, 0.01), 1e-10)
+            assert_close(jax.jit(lambda O, e: minsr(chunked(O, mode, 8, n_chunks), e, mode))(Obar, eps), one, 1e-12)
+        assert_close(one, _minsr_reference(Obar, eps, mode, 0.01), 1e-10)
         # A Jacobian without chunks: its dense matrix as one chunk.
-        _close(minsr(from_dense(Obar, mode), eps, mode), one, 1e-12)
+        assert_close(minsr(from_dense(Obar, mode), eps, mode), one, 1e-12)
         if n_params < n_samples:
             sr = precond.sr(diag_shift=0.01, solver="cholesky")
-            _close(sr(from_dense(Obar, mode), eps, mode), one, 1e-10)
+            assert_close(sr(from_dense(Obar, mode), eps, mode), one, 1e-10)
 
 
 # One case per mode: real parameters and log psi; complex holomorphic; real parameters with a
@@ -238,7 +190,7 @@ def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
 
     from runner.config.build import build
     from runner.core.sampler import sample
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     experiment = build(compose_config([*MODEL_CASES[case], "preconditioner=minsr", "sampler.n_samples=64",
                                        "sampler.n_chains=8", "exact=false"]))
@@ -262,8 +214,8 @@ def test_minsr_from_the_model_in_chunks_matches_its_dense_jacobian(case):
                 lambda params, s, e: p.precondition(jacobian(p, params, s, mode), e, solve_mode))(state.params, sigma, e)
     reference = np.asarray(solutions[None, None])
     for key, solution in solutions.items():
-        _close(solution, reference, 1e-12)
-    _close(reference, _minsr_reference(Obar, e, solve_mode, 0.01), 1e-9)
+        assert_close(solution, reference, 1e-12)
+    assert_close(reference, _minsr_reference(Obar, e, solve_mode, 0.01), 1e-9)
     assert (None, 1) in solutions or case.startswith("vit")
     assert parameter_blocks(state.params, 1) == [(k, k + 1) for k in range(len(leaves))]
     assert len(parameter_blocks(state.params, sum(leaves) // 3)) >= 3
@@ -276,7 +228,7 @@ def test_chunked_minsr_memory_is_bounded_by_the_chunk():
     import dataclasses
 
     from runner.config.build import build
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     experiment = build(compose_config(["hilbert.L=36", "model.alpha=16", "preconditioner=minsr",
                                        "sampler.n_samples=2048", "sampler.n_chains=16", "exact=false"]))
@@ -303,20 +255,20 @@ def test_spring_two_steps_match_the_formula(kind):
     kernel in 2 chunks) equal x_k = A^+ (2 eps - mu A x_{k-1}) + mu x_{k-1} from NumPy."""
     mode = MINSR_MODES[kind][1]
     spring = precond.minsr(diag_shift=0.01, momentum=0.8)
-    (O1, e1), (O2, e2) = _centred_jacobian(11, 120, 48, kind), _centred_jacobian(12, 120, 48, kind)
+    (O1, e1), (O2, e2) = centred_jacobian(11, 120, 48, kind), centred_jacobian(12, 120, 48, kind)
     x_dtype = O1.dtype if mode == "holomorphic" else O1.real.dtype
     state = spring.init(jnp.zeros(120, x_dtype))
-    x1, state, _ = jax.jit(lambda O, e, s: spring.update(_chunked(O, mode, 8, 1), e, mode, s))(O1, e1, state)
+    x1, state, _ = jax.jit(lambda O, e, s: spring.update(chunked(O, mode, 8, 1), e, mode, s))(O1, e1, state)
     np.testing.assert_array_equal(state, x1)  # the state is the update
-    x2, state, _ = jax.jit(lambda O, e, s: spring.update(_chunked(O, mode, 8, 2), e, mode, s))(O2, e2, state)
+    x2, state, _ = jax.jit(lambda O, e, s: spring.update(chunked(O, mode, 8, 2), e, mode, s))(O2, e2, state)
     ref1 = _minsr_reference(O1, e1, mode, 0.01, momentum=0.8)
     ref2 = _minsr_reference(O2, e2, mode, 0.01, momentum=0.8, previous=ref1)
-    _close(x1, ref1, 1e-10)
-    _close(x2, ref2, 1e-10)
+    assert_close(x1, ref1, 1e-10)
+    assert_close(x2, ref2, 1e-10)
     # The momentum matters, and without it minSR carries no state.
     plain = precond.minsr(diag_shift=0.01, momentum=0.0)
     assert plain.init(jnp.zeros(120, x_dtype)) == ()
-    assert np.abs(np.asarray(plain(_chunked(O2, mode, 8, 2), e2, mode)) - ref2).max() > 1e-3 * np.abs(ref2).max()
+    assert np.abs(np.asarray(plain(chunked(O2, mode, 8, 2), e2, mode)) - ref2).max() > 1e-3 * np.abs(ref2).max()
 
 
 def _metric_norm(x, Obar_PxS, mode):
@@ -335,10 +287,10 @@ def test_max_norm_caps_the_step_length_in_the_metric(kind, solver):
     it was longer (the reported step_norm is its length before, from NumPy's S), and the very
     same bits when it was shorter; no step_norm without a cap."""
     mode = MINSR_MODES[kind][1]
-    Obar, eps = _centred_jacobian(5, 40, 96, kind)
+    Obar, eps = centred_jacobian(5, 40, 96, kind)
     if solver == "minsr":
         make = lambda **kw: precond.minsr(diag_shift=0.01, **kw)  # noqa: E731
-        jac = _chunked(Obar, mode, 8, 2)
+        jac = chunked(Obar, mode, 8, 2)
     else:
         make = lambda **kw: precond.sr(diag_shift=0.01, solver=solver, cg_tol=1e-10, **kw)  # noqa: E731
         jac = from_dense(Obar, mode)._replace(n_chains=8)
@@ -353,7 +305,7 @@ def test_max_norm_caps_the_step_length_in_the_metric(kind, solver):
     norm = _metric_norm(x, Obar, mode)
     capped, _, info = solve(norm / 2)
     np.testing.assert_allclose(float(info["step_norm"]), norm, rtol=1e-8)
-    _close(capped, np.asarray(x) / 2, 1e-10)
+    assert_close(capped, np.asarray(x) / 2, 1e-10)
     np.testing.assert_allclose(_metric_norm(capped, Obar, mode), norm / 2, rtol=1e-8)
     same, _, _ = solve(norm * 2)
     np.testing.assert_array_equal(same, x)
@@ -366,13 +318,13 @@ def test_a_capped_sr_step_is_bitwise_the_same_on_every_layout(shifts):
     on 1, 2 and 4 devices under a mesh, with an absolute shift and with one relative to diag(S)
     (cg's, minSR's: tests/integration/test_parallel.py and tests/core/test_diag_scale.py, in whole runs)."""
     mode = "holomorphic"
-    Obar, eps = _centred_jacobian(3, 40, 16 * 24, "holomorphic")
+    Obar, eps = centred_jacobian(3, 40, 16 * 24, "holomorphic")
     p = precond.sr(**shifts, solver="cholesky", max_norm=0.1)
     solve = lambda O, e: p.update(from_dense(O, mode)._replace(n_chains=16), e, mode, ())  # noqa: E731
-    x1, _, info1 = _on_devices(solve, 1, Obar, eps, mesh_in_context=True)
+    x1, _, info1 = on_devices(solve, 1, Obar, eps, mesh_in_context=True)
     assert float(info1["step_norm"]) > 0.1  # the cap binds
     for n in (2, 4):
-        x, _, info = _on_devices(solve, n, Obar, eps, mesh_in_context=True)
+        x, _, info = on_devices(solve, n, Obar, eps, mesh_in_context=True)
         np.testing.assert_array_equal(info["step_norm"], info1["step_norm"])
         np.testing.assert_array_equal(x, x1)
 
@@ -408,8 +360,8 @@ def test_spring_state_survives_checkpoint_and_resume(tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
-    from tests.integration.test_parallel import assert_identical_runs, checkpoint_leaves
+    from tests.helpers.config import compose_config
+    from tests.helpers.runs import assert_identical_runs, checkpoint_leaves
 
     experiment = build(compose_config([*MODEL_CASES["rbm_holomorphic"], "preconditioner=minsr",
                                        "preconditioner.momentum=0.9", "chunk_size=32", "sampler.n_samples=128",

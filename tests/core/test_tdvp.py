@@ -22,8 +22,8 @@ from runner.core.wavefunction import from_split, gradient_mode, to_split
 from runner.errors import ConfigError
 from runner.physics import dynamics, hamiltonians, pauli
 from runner.physics import hilbert as hb
-from tests.core.test_gradients import NonHolomorphic
-from tests.dense import basis_index, dense_ising
+from tests.helpers.dense import basis_index, dense_ising
+from tests.helpers.exact import NonHolomorphic
 
 
 class AmplitudePhase(nn.Module):

@@ -20,8 +20,8 @@ from runner.core.sampler import sample
 from runner.core.vmc import init_state, vmc_step
 from runner.core.wavefunction import gradient_mode
 from runner.parallel import mesh
-from tests.config.test_build import compose_config
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
 
 BASE = ["hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=metropolis_exchange",
         "dtype=complex128", "sampler.n_samples=256", "sampler.n_chains=8", "exact=false", "final_rounds=2"]
@@ -161,7 +161,7 @@ def test_generic_local_energies_skip_zero_elements_and_match_dense(chunk_size):
     dense J1-J2 matrix, while log psi is evaluated on the nonzero elements' configurations
     (plus at most one block of padding per chain and call), not on all K per sample."""
     from runner.physics import hilbert as hb
-    from tests.dense import basis_index, dense_heisenberg, dense_psi
+    from tests.helpers.dense import basis_index, dense_heisenberg, dense_psi
 
     problem = build(compose_config([*J1J2_CHAIN, f"chunk_size={chunk_size or 'null'}"])).problem
     assert problem.amplitude is not None and problem.model.__class__.__name__ == "CNN"

@@ -16,8 +16,8 @@ from runner.core.vmc import init_state
 from runner.diagnostics import health, peaks
 from runner.parallel import mesh
 from runner.physics.hilbert import all_states, chain
-from tests import dense
-from tests.config.test_build import compose_config
+from tests.helpers import dense
+from tests.helpers.config import compose_config
 
 
 def _swaps(x):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.config.test_build import KAGOME, compose_config
+from tests.helpers.config import KAGOME, compose_config
 
 SMALL = ["n_iter=2", "exact=true", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=1",
          "peak_search=0", "dtype=complex128"]

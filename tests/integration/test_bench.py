@@ -11,8 +11,8 @@ import pytest
 
 from runner.config.build import build
 from runner.parallel import runtime
-from tests.config.test_build import compose_config
-from tests.conftest import REPO
+from tests.helpers.cli import REPO
+from tests.helpers.config import compose_config
 
 spec = importlib.util.spec_from_file_location("bench_run", REPO / "bench" / "run.py")
 bench = importlib.util.module_from_spec(spec)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=2"]
 METRIC_KEYS = {"step", "energy", "energy_error", "variance", "r_hat", "tau_corr", "acceptance", "wall_time"}
@@ -169,7 +169,7 @@ def test_nan_energy_fails_and_keeps_last_good_checkpoint(tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     config = compose_config([*SMALL, "n_iter=4", "checkpoint_every=2", "exact=false"])
     experiment = build(config)

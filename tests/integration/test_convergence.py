@@ -5,7 +5,7 @@ import pytest
 from runner import app
 from runner.config.build import build
 from runner.parallel import mesh
-from tests.config.test_build import compose_config
+from tests.helpers.config import compose_config
 
 CASES = {
     "tfim_chain": ["hilbert.L=8", "hamiltonian.h=1.0", "n_iter=150", "optimizer.learning_rate=0.05"],

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from runner.config.build import build
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 

@@ -16,7 +16,7 @@ import pytest
 
 from runner.lifecycle import finish, sector_check
 from runner.outputs import summary as summary_fields
-from tests.integration import golden
+from tests.helpers import golden
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = golden.HERE / "run_6dc7890"

@@ -17,7 +17,7 @@ from runner.core.sr import CGState
 from runner.core.vmc import init_state
 from runner.core.wavefunction import gradient_mode
 from runner.parallel import mesh
-from tests.config.test_build import compose_config
+from tests.helpers.config import compose_config
 
 CASES = {  # real parameters on the TFIM chain; complex (holomorphic) ones on the Heisenberg chain
     "float32_mixed": ["hilbert.L=8", "hamiltonian.h=1.0"],

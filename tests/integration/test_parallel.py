@@ -1,11 +1,9 @@
 """One core, many layouts: 1 device, 4 sharded devices and 2 processes x 2 devices agree."""
 
-import functools
 import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,10 +19,11 @@ from runner.config.build import build
 from runner.core.jacobian import parameter_blocks
 from runner.core.sr import CGState
 from runner.core.vmc import energy_and_update, init_state, vmc_step
-from runner.lifecycle import checkpoint
 from runner.parallel import distributed, mesh, runtime
-from tests.config.test_build import compose_config
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
+from tests.helpers.parallel import execute_on_devices, free_port, start_distributed
+from tests.helpers.runs import assert_identical_runs, energies
 
 # Each case covers a Hamiltonian, a real or complex model, a sampler and a preconditioner.
 CASES = {
@@ -45,27 +44,6 @@ CASES = {
 NOT_BITWISE = ("heis_real_local_mlp_adam", "heis_complex_exchange_minsr")
 NOT_BITWISE_RTOL = 1e-10
 COMMON = ["sampler.n_samples=256", "sampler.n_chains=8", "n_iter=8", "final_rounds=1", "exact=false"]
-
-
-def energies(run_dir):
-    return np.array([json.loads(l)["energy"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()])
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_distributed(overrides, run_dir, port, n_proc=2, devices=2):
-    procs = []
-    for pid in range(n_proc):
-        args = [sys.executable, "-m", "runner", *overrides, "parallel=distributed",
-                f"parallel.coordinator_address=127.0.0.1:{port}", f"parallel.num_processes={n_proc}",
-                f"parallel.process_id={pid}", f"parallel.cpu_devices={devices}",
-                "parallel.init_timeout_s=60", f"hydra.run.dir={run_dir}"]
-        procs.append(subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    return procs
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -127,40 +105,6 @@ LAYOUT_CASE = ["hilbert=square", "hilbert.L=4", "hilbert.total_sz=0", "hamiltoni
                "sampler=metropolis_exchange", "dtype=complex128", "model.alpha=2", "sampler.n_samples=256",
                "sampler.n_chains=16", "n_iter=14", "preconditioner.cg_recycle_every=6", "final_rounds=1",
                "exact=false", "checkpoint_every=1000"]
-
-
-def execute_on_devices(experiment, tmp_path, counts):
-    """The run on the first n devices of one process for each n, into tmp_path/devices{n}."""
-    devices = jax.devices()
-    for n in counts:
-        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
-        app.execute(experiment, layout, tmp_path / f"devices{n}")
-
-
-def checkpoint_leaves(run_dir):
-    """Every array of the final checkpoint: parameters, optimizer, chains, CG's state."""
-    with np.load(run_dir / "checkpoint" / checkpoint.FILENAME) as data:
-        return {k: data[k] for k in sorted(data.files) if k.startswith("leaf_")}
-
-
-def assert_identical_runs(run_dir, reference, rtol=0.0):
-    """The same energies, final checkpoint and final estimate: bit for bit, or within `rtol` (the
-    chains' configurations and keys always bit for bit)."""
-    close = functools.partial(np.testing.assert_allclose, rtol=rtol, atol=0) if rtol else np.testing.assert_array_equal
-    close(energies(run_dir), energies(reference))
-    got, want = checkpoint_leaves(run_dir), checkpoint_leaves(reference)
-    assert got.keys() == want.keys() and got
-    for key in want:
-        exact = not rtol or not np.issubdtype(np.asarray(want[key]).dtype, np.inexact)
-        (np.testing.assert_array_equal if exact else close)(got[key], want[key], err_msg=key)
-    summaries = [json.loads((d / "summary.json").read_text()) for d in (run_dir, reference)]
-    close(summaries[0]["energy"], summaries[1]["energy"])
-    checks = [s["peak_check"] for s in summaries]  # None after a full sum
-    if rtol and checks[0] is not None:
-        assert checks[0]["configuration"] == checks[1]["configuration"]
-        close(checks[0]["found_log_abs_max"], checks[1]["found_log_abs_max"])
-    else:
-        assert checks[0] == checks[1]
 
 
 @pytest.mark.slow

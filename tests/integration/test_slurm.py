@@ -9,7 +9,6 @@ time limit.
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,25 +19,10 @@ from pathlib import Path
 import pytest
 
 from runner import report
+from tests.helpers.slurm import slurm_unavailable
 
 
-def _slurm_unavailable() -> str | None:
-    if not shutil.which("sinfo"):
-        return "sinfo not found (no SLURM client; start the local one with `make slurm-up`)"
-    if not os.environ.get("SLURM_CONF"):
-        return 'SLURM_CONF is not set (run `eval "$(make -s slurm-env)"` after `make slurm-up`)'
-    try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return "sinfo did not answer within 20 s"
-    if out.returncode != 0:
-        return f"sinfo failed: {out.stderr.strip()[:200]}"
-    if not any(line.split()[1].rstrip("*~#") in ("idle", "mixed", "allocated") for line in out.stdout.splitlines()):
-        return f"no SLURM node is up: {out.stdout.strip()!r}"
-    return None
-
-
-_REASON = _slurm_unavailable()
+_REASON = slurm_unavailable()
 if _REASON is not None and os.environ.get("VMC_REQUIRE_SLURM") == "1":
     raise RuntimeError(f"VMC_REQUIRE_SLURM=1 but SLURM is not usable: {_REASON}")  # CI: no silent skip
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_REASON is not None, reason=str(_REASON))]

@@ -6,10 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_cli
-from tests.integration.test_parallel import energies, free_port, start_distributed
-from tests.lifecycle.test_dynamics import SAMPLED, assert_same_run
-from tests.lifecycle.test_excited import TINY
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.parallel import free_port, start_distributed
+from tests.helpers.runs import EXCITED_TINY, QUENCH_SAMPLED, assert_same_run, energies
 
 
 def _on_one_device_and_two_processes(overrides, tmp_path):
@@ -26,7 +25,7 @@ def _on_one_device_and_two_processes(overrides, tmp_path):
 def test_a_time_evolution_on_two_processes_is_the_one_device_run(tmp_path):
     """Adaptive rk23 on sampled chains to t = 0.2: the chains bit for bit, the floats to 1e-10
     relative (as between 1 and 4 devices of one process: tests/lifecycle/test_dynamics.py)."""
-    _on_one_device_and_two_processes([*SAMPLED, "task.t_end=0.2"], tmp_path)
+    _on_one_device_and_two_processes([*QUENCH_SAMPLED, "task.t_end=0.2"], tmp_path)
     assert_same_run(tmp_path / "dist", tmp_path / "single", rtol=1e-10)
 
 
@@ -34,7 +33,7 @@ def test_a_time_evolution_on_two_processes_is_the_one_device_run(tmp_path):
 def test_the_lowest_states_on_two_processes_are_the_one_device_run(tmp_path):
     """task=excited (TFIM chain L=4, K=2, 20 steps): the steps' energies and every level, gap and
     error bar to 1e-10 relative."""
-    dist, single = _on_one_device_and_two_processes([*TINY, "n_iter=20"], tmp_path)
+    dist, single = _on_one_device_and_two_processes([*EXCITED_TINY, "n_iter=20"], tmp_path)
     np.testing.assert_allclose(energies(tmp_path / "dist"), energies(tmp_path / "single"), rtol=1e-10)
     for key in ("states", "gaps"):
         for a, b in zip(dist[key], single[key]):

@@ -26,48 +26,14 @@ from runner.lifecycle import dynamics as dyn
 from runner.parallel import mesh
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
-from tests.config.test_build import compose_config
-from tests.conftest import REPO, run_cli
-from tests.dense import X, Y, Z, basis_index, dense_ising, site_op
-
-N, H_QUENCH = 6, 0.5
-# M_x = (1/N) sum X_i, and sum over bonds Y_i Z_j: odd under time reversal, so a wrong sign of i flips it.
-OBSERVABLES = ["observables=custom", "~observables.operators",
-               (f"+observables.operators={{mx: [{{coeff: {1 / N!r}, ops: X, on: sites}}], "
-                "yz: [{coeff: 1.0, ops: YZ, on: bonds}]}")]
-QUENCH = ["task=dynamics", f"hilbert.L={N}", f"hamiltonian.h={H_QUENCH}", "model=jastrow", "dtype=complex128",
-          "task.save_every=0.1", *OBSERVABLES]
-
-
-def trajectory(run_dir):
-    """trajectory.jsonl's records without their wall times."""
-    lines = (run_dir / "trajectory.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in lines]
-
-
-def checkpoint_leaves(run_dir):
-    with np.load(run_dir / "checkpoint" / checkpoint.FILENAME) as data:
-        return {k: data[k] for k in sorted(data.files) if k.startswith("leaf_")}
-
-
-def assert_same_run(run_dir, reference, rtol=0.0):
-    """The same trajectory and final checkpoint: bit for bit, or floats within `rtol` (integers,
-    the chains' configurations and keys, always bit for bit)."""
-    got, want = trajectory(run_dir), trajectory(reference)
-    if not rtol:
-        assert got == want
-    assert [sorted(r) for r in got] == [sorted(r) for r in want]
-    for a, b in zip(got, want):
-        for key in b:
-            np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=rtol * 1e-3, err_msg=key)
-    got, want = checkpoint_leaves(run_dir), checkpoint_leaves(reference)
-    assert got.keys() == want.keys() and got
-    for key in want:
-        if rtol and np.issubdtype(want[key].dtype, np.inexact):
-            np.testing.assert_allclose(got[key], want[key], rtol=rtol, err_msg=key)
-        else:
-            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
+from tests.helpers.dense import X, Y, Z, basis_index, dense_ising, site_op
+from tests.helpers.runs import QUENCH, assert_same_run, trajectory
+from tests.helpers.runs import QUENCH_H as H_QUENCH
+from tests.helpers.runs import QUENCH_N as N
+from tests.helpers.runs import QUENCH_OBSERVABLES as OBSERVABLES
+from tests.helpers.runs import QUENCH_SAMPLED as SAMPLED
 
 def run(overrides, run_dir, layout=None):
     """The run of the composed config in run_dir (on `layout`, else one device)."""
@@ -143,10 +109,6 @@ def test_init_from_evolves_the_trained_state(tmp_path):
     assert abs(ours[0] - mx[0]) < 1e-12  # the trained state itself
     assert np.max(np.abs(ours - mx)) < 1e-2 and mx[-1] - mx[0] > 0.1  # (the Jastrow drifts by 8e-3 at t = 0.3)
     assert abs(summary["max_abs_error"]["obs/mx"] - np.max(np.abs(ours - mx))) < 1e-10
-
-
-SAMPLED = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=64", "sampler.n_chains=8", "task.integrator=rk23",
-           "task.dt=0.02", "task.atol=1e-4", "task.rtol=1e-4", "exact=false"]
 
 
 @pytest.mark.slow

@@ -13,8 +13,8 @@ from runner.lifecycle import warm_start
 from runner.physics import dynamics as exact_dynamics
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
-from tests.config.test_build import compose_config
-from tests.dense import basis_index, dense_ising
+from tests.helpers.config import compose_config
+from tests.helpers.dense import basis_index, dense_ising
 
 
 @pytest.mark.parametrize("n_sites,h0,h1", [(8, 0.5, 1.0), (10, 2.0, 0.7)])

@@ -16,14 +16,13 @@ from runner.lifecycle import excited as exc
 from runner.parallel import mesh
 from runner.physics import hamiltonians, pauli
 from runner.physics import hilbert as hb
-from tests.config.test_build import compose_config
-from tests.conftest import REPO, run_cli
-from tests.lifecycle.test_dynamics import checkpoint_leaves
-
-L, H, K = 4, 1.0, 2
-TINY = ["task=excited", f"task.n_states={K}", f"hilbert.L={L}", f"hamiltonian.h={H}", "dtype=complex128",
-        "sampler.n_samples=512", "sampler.n_chains=16", "final_rounds=4", "seed=1"]
-
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
+from tests.helpers.runs import EXCITED_H as H
+from tests.helpers.runs import EXCITED_K as K
+from tests.helpers.runs import EXCITED_L as L
+from tests.helpers.runs import EXCITED_TINY as TINY
+from tests.helpers.runs import checkpoint_leaves
 
 def dense_levels(n_levels=K):
     space = hb.chain(L)

@@ -12,7 +12,7 @@ from runner.core.vmc import init_state
 from runner.lifecycle import finish, loop
 from runner.parallel import mesh
 from runner.physics import exact
-from tests.config.test_build import compose_config
+from tests.helpers.config import compose_config
 
 SMALL = ["hilbert.L=6", "sampler.n_samples=64", "sampler.n_chains=8", "final_rounds=3", "exact=false"]
 

@@ -14,7 +14,7 @@ import yaml
 
 from runner.errors import ConfigError
 from runner.lifecycle import hparams_search
-from tests.conftest import REPO
+from tests.helpers.cli import REPO
 
 TINY = ["hilbert.L=6", "sampler.n_samples=128", "n_iter=10", "final_rounds=1", "exact=false"]
 DIVERGING = {"optimizer.learning_rate": 50.0, "preconditioner.diag_shift": 1e-4}  # NaN within 10 steps
@@ -189,10 +189,10 @@ def test_trials_return_their_objective_through_submitit(tmp_path):
 def test_trials_run_as_concurrent_slurm_jobs(tmp_path):
     """The search on the local SLURM (`make slurm-up`): two trials as two SLURM jobs at once, their
     values in the study; skipped without SLURM like tests/integration/test_slurm.py."""
-    from tests.integration.test_slurm import _REASON
+    from tests.helpers.slurm import slurm_unavailable
 
-    if _REASON is not None:
-        pytest.skip(_REASON)
+    if slurm_unavailable() is not None:
+        pytest.skip(slurm_unavailable())
     import uuid
 
     import optuna

@@ -10,7 +10,7 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, rundir
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 TINY = ["hilbert.L=4", "n_iter=4", "sampler.n_samples=64"]
 

@@ -15,7 +15,7 @@ from runner.config.build import build
 from runner.errors import ConfigError
 from runner.lifecycle import load, warm_start
 from runner.parallel import mesh
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=512", "sampler.n_chains=8", "final_rounds=4", "checkpoint_every=1000"]
 

@@ -18,9 +18,9 @@ from runner.core.wavefunction import amplitude_of, ratio_of
 from runner.errors import ConfigError
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
-from tests.config.test_build import compose_config
-from tests.core.test_gradients import _problem
-from tests.dense import basis_index, dense_heisenberg, dense_psi
+from tests.helpers.config import compose_config
+from tests.helpers.dense import basis_index, dense_heisenberg, dense_psi
+from tests.helpers.exact import problem_of
 
 
 class ScaledRBM(RBM):
@@ -81,7 +81,7 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
     states = jnp.asarray(hb.all_states(lattice))
     params = model.init(jax.random.PRNGKey(0), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: 30 * x, params)
-    problem = _problem(model, ham)
+    problem = problem_of(model, ham)
     eloc = local_energies(problem, params, states.reshape(4, 16, -1)).reshape(-1)
     psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
     idx = basis_index(np.asarray(states))
@@ -120,7 +120,7 @@ def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     states = jnp.asarray(hb.all_states(lattice))
     params = model.init(jax.random.PRNGKey(0), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: 20 * x, params)
-    problem = _problem(model, ham)
+    problem = problem_of(model, ham)
     picked = states[:: len(states) // 64][:64]
     eloc = local_energies(problem, params, picked.reshape(4, 16, -1)).reshape(-1)
     psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
@@ -164,7 +164,7 @@ def test_projected_rbms_keep_exact_local_ratios(cls, sector, dtype):
     params = jax.tree_util.tree_map(lambda x: scale * x, params)
     psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
     picked = states[np.argsort(-np.abs(psi[basis_index(np.asarray(states))]))[:64]]  # away from psi_P = 0
-    eloc = local_energies(_problem(model, ham), params, picked.reshape(4, 16, -1)).reshape(-1)
+    eloc = local_energies(problem_of(model, ham), params, picked.reshape(4, 16, -1)).reshape(-1)
     H = dense_heisenberg(lattice.bonds, lattice.next_bonds, lattice.n_sites, 1.0, 0.5)
     idx = basis_index(np.asarray(picked))
     np.testing.assert_allclose(np.asarray(eloc), (H @ psi)[idx] / psi[idx], rtol=1e-9, atol=1e-9)

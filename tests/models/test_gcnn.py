@@ -232,8 +232,8 @@ def test_one_step_is_the_same_on_one_and_four_devices(dtype):
     """Built from the config (the sector a spec dict), one step's energy and update on one device
     and on four agree."""
     from runner.config.build import build
-    from tests.config.test_build import compose_config
-    from tests.models.test_models import one_step_on_one_and_four_devices
+    from tests.helpers.config import compose_config
+    from tests.helpers.parallel import one_step_on_one_and_four_devices
 
     config = compose_config([*KAGOME_B1, "model.features=[2,2]", "sampler=metropolis_exchange",
                              "sampler.n_samples=64", "sampler.n_chains=8", f"dtype={dtype}", "exact=false"])
@@ -255,7 +255,7 @@ def test_kagome_ground_state_in_its_sector(tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     config = compose_config([*KAGOME_B1, "model.features=[4,4]", "sampler=full_sum", "dtype=complex128",
                              "n_iter=20", "optimizer.learning_rate=0.01", "preconditioner.solver=cholesky",

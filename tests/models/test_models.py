@@ -295,8 +295,8 @@ from runner.core import local_energy, precond_types  # noqa: E402
 from runner.core.wavefunction import gradient_mode  # noqa: E402
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb  # noqa: E402
-from tests.core.test_gradients import _exact_energy, _exact_weighted, _problem, _wirtinger_reference  # noqa: E402
-from tests.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
+from tests.helpers.dense import basis_index, dense_heisenberg, dense_psi  # noqa: E402
+from tests.helpers.exact import exact_energy, exact_weighted, problem_of, wirtinger_reference  # noqa: E402
 
 LATTICE_MODELS = {
     "rbm_symm_chain": (lambda: hb.chain(6), lambda h, d: RBMSymm(alpha=2, param_dtype=d, hilbert=h)),
@@ -434,14 +434,14 @@ def test_force_matches_exact_gradient(name, dtype):
     lattice, model, states, params = _lattice_model(name, dtype, seed=1)
     J2 = 0.3 if lattice.n_sites == 6 else 0.0
     ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
-    problem = _problem(model, ham)
+    problem = problem_of(model, ham)
     mode = gradient_mode(params, model)
     assert mode == ("holomorphic" if dtype == jnp.complex128 else "real")
-    Obar, eps, E = _exact_weighted(problem, params, states, mode)
+    Obar, eps, E = exact_weighted(problem, params, states, mode)
     H = jnp.asarray(_dense_heisenberg(lattice, J2)[np.ix_(*(2 * [basis_index(np.asarray(states))]))])
-    np.testing.assert_allclose(E, _exact_energy(model, states, H)(params), rtol=1e-10)
+    np.testing.assert_allclose(E, exact_energy(model, states, H)(params), rtol=1e-10)
     F = precond_types.force(precond_types.from_dense(Obar.T, mode), eps, mode)
-    expected = _wirtinger_reference(_exact_energy(model, states, H), params)
+    expected = wirtinger_reference(exact_energy(model, states, H), params)
     np.testing.assert_allclose(np.asarray(F), np.asarray(expected), rtol=1e-7, atol=1e-9)
 
 
@@ -476,7 +476,7 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
     from runner import app
     from runner.config.build import build
     from runner.parallel import mesh
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     config = compose_config([
         "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=exact", "sampler.n_samples=512",
@@ -487,28 +487,13 @@ def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
     assert summary["relative_error"] < 0.02, summary
 
 
-def one_step_on_one_and_four_devices(problem, sigma_N):
-    """((energy stats, update) of one step on one device, the same on four), from the samples of
-    chains started at `sigma_N`, drawn once on one device."""
-    from runner.core.sampler import sample
-    from runner.core.vmc import energy_and_update, init_state
-    from runner.parallel import mesh
-
-    state = init_state(problem, 0, sigma_N)
-    _, sigma_CxTxN, _ = jax.jit(lambda s: sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
-    step = jax.jit(lambda p, s: energy_and_update(problem, p, s, state.solver)[:2])
-    layout = mesh.make_mesh("sharded")
-    sharded = jax.device_put(sigma_CxTxN, layout.chains)
-    assert len(sharded.sharding.device_set) == 4
-    return step(state.params, sigma_CxTxN), step(jax.device_put(state.params, layout.replicated), sharded)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
 def test_one_step_is_the_same_on_one_and_four_devices(name, dtype):
     from runner.config.build import build
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
+    from tests.helpers.parallel import one_step_on_one_and_four_devices
 
     # The vit at d_model 4 (under 500 parameters: the dense SR solve). At its default size SR takes
     # CG, whose first product is intermittently NaN for real parameters with complex log psi

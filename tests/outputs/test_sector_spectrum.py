@@ -9,7 +9,7 @@ import pytest
 
 from runner import report
 from runner.outputs import sector_spectrum
-from tests.test_report import completed, fake_run
+from tests.helpers.runs import completed, fake_run
 
 # The exact levels of one S^z sector as spectrum.json holds them (runner.physics.spectrum.to_json).
 SPECTRUM_SZ0 = {"levels": {"k=(0) A' P=+1": [-10.1, -9.0], "k=(0) A' P=-1": [-9.8], "k=(1) A P=+1": [-9.6],

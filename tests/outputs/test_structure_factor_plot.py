@@ -7,7 +7,7 @@ import pytest
 from runner import report
 from runner.outputs import structure_factor_plot
 from runner.physics import hilbert as hb
-from tests.test_report import completed, fake_run
+from tests.helpers.runs import completed, fake_run
 
 
 def correlations(momenta, exact=True):

@@ -6,7 +6,7 @@ import numpy as np
 
 from runner import report
 from runner.outputs import sweep_plots
-from tests.test_report import completed, fake_run
+from tests.helpers.runs import completed, fake_run
 
 
 def obs(mean, error):

@@ -137,7 +137,7 @@ def test_chain_structure_factor_labels_the_largest_q(tmp_path):
 def test_dynamics_header_leaves_out_the_optimizer_and_steps(caplog):
     from runner.config.build import build
     from runner.outputs.header import log_header
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     config = compose_config(["task=dynamics", "hilbert.L=4", "dtype=complex128", "sampler=full_sum",
                              "model=jastrow", "task.t_end=0.1"])

@@ -7,7 +7,7 @@ import scipy.linalg
 
 from runner.physics import dynamics, hamiltonians, pauli
 from runner.physics import hilbert as hb
-from tests.dense import basis_index, dense_pauli
+from tests.helpers.dense import basis_index, dense_pauli
 
 TIMES = np.array([0.0, 0.3, 0.7, 0.7, 1.5, 3.0])
 

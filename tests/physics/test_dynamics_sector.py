@@ -9,8 +9,8 @@ import scipy.linalg
 
 from runner.physics import dynamics, exact, hamiltonians, observables, pauli
 from runner.physics import hilbert as hb
-from tests.conftest import REPO, run_cli
-from tests.dense import basis_index, dense_pauli
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.dense import basis_index, dense_pauli
 
 TIMES = np.array([0.0, 0.2, 0.5, 1.1])
 

@@ -5,7 +5,7 @@ import pytest
 
 from runner.physics import exact, hamiltonians, pauli
 from runner.physics import hilbert as hb
-from tests.dense import basis_index, dense_heisenberg, dense_ising
+from tests.helpers.dense import basis_index, dense_heisenberg, dense_ising
 
 
 @pytest.mark.parametrize(
@@ -81,10 +81,10 @@ def test_energy_of_a_state_matches_dense(lattice, make_ham):
 @pytest.mark.parametrize("lattice_name", ["triangular3_pbc", "honeycomb2_pbc", "kagome1x3_pbc", "chain5_obc", "graph5"])
 @pytest.mark.slow
 def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name, kind):
-    from tests.physics.test_hamiltonians import SMALL_LATTICES, _hamiltonian_and_dense
+    from tests.helpers.lattices import SMALL_LATTICES, hamiltonian_and_dense
 
     lattice = SMALL_LATTICES[lattice_name]()
-    ham, H = _hamiltonian_and_dense(kind, lattice)
+    ham, H = hamiltonian_and_dense(kind, lattice)
     np.testing.assert_allclose(exact.ground_energy(ham, lattice), np.linalg.eigvalsh(H)[0], rtol=1e-10, atol=1e-10)
     v = np.random.default_rng(2).standard_normal(2**lattice.n_sites) + 1j * np.random.default_rng(3).standard_normal(2**lattice.n_sites)
     idx = basis_index(hb.all_states(lattice))
@@ -111,7 +111,7 @@ def test_lanczos_in_sz_sectors(make):
 def test_required_bytes_and_build_refuses_exact_true_beyond_memory():
     from runner.config.build import build
     from runner.errors import ConfigError
-    from tests.config.test_build import compose_config
+    from tests.helpers.config import compose_config
 
     assert exact.required_bytes(hb.chain(21)) == 2 * exact.required_bytes(hb.chain(20))
     assert exact.required_bytes(hb.chain(20, total_sz=0)) > 2**20 * 16  # the code scan of the full space
@@ -125,7 +125,7 @@ def test_required_bytes_and_build_refuses_exact_true_beyond_memory():
 def dense_observables(lattice, H_full):
     """The standard set and S(q) on every momentum in the ground vector of H_full restricted to
     the lattice's space, from Kronecker products (independent of runner.physics)."""
-    from tests.dense import X, Z, site_op
+    from tests.helpers.dense import X, Z, site_op
 
     n, idx = lattice.n_sites, basis_index(hb.all_states(lattice))
     energies, vectors = np.linalg.eigh(H_full[np.ix_(idx, idx)])

@@ -7,7 +7,7 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.physics import hilbert as hb
-from tests import dense
+from tests.helpers import dense
 
 
 def _coordination(n_sites, pairs):

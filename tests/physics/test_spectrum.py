@@ -9,7 +9,7 @@ import pytest
 
 from runner.physics import exact, hamiltonians, pauli, spectrum, symmetry
 from runner.physics import hilbert as hb
-from tests.dense import basis_index, dense_pauli
+from tests.helpers.dense import basis_index, dense_pauli
 
 
 def _dense_h(hilbert, ham):

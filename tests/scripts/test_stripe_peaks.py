@@ -5,7 +5,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
 
 
 def _script():

@@ -1,6 +1,6 @@
 """Golden runs: a handful of configurations whose metrics and summaries must stay bit for bit.
 
-`python tests/integration/golden.py record` writes them (with the machine they were made on) under
+`python tests/helpers/golden.py record` writes them (with the machine they were made on) under
 tests/integration/golden/; tests/integration/test_golden.py reruns them with today's code.
 """
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent / "golden"
+HERE = Path(__file__).resolve().parents[1] / "integration" / "golden"
 # The commit the golden files were recorded at: the layout before runner/ was split by concern.
 COMMIT = "6dc7890"
 
