@@ -6,6 +6,7 @@ picks the same chunks, and so computes the same bits.
 """
 
 import itertools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -115,6 +116,18 @@ def model_sizes(model, n_sites: int) -> tuple[int, int]:
         return _SIZES[key]
     except (KeyError, TypeError):  # not yet, or an unhashable model
         pass
+    with warnings.catch_warnings():  # before x64 is set, float64 requests warn of truncation: sizes are unchanged
+        warnings.simplefilter("ignore")
+        sizes = tuple(_traced_sizes(model, n_sites))
+    try:
+        _SIZES[key] = sizes
+    except TypeError:
+        pass
+    return sizes
+
+
+def _traced_sizes(model, n_sites: int) -> list[int]:
+    """`model_sizes`, traced."""
     sigma = jax.ShapeDtypeStruct((1, n_sites), jnp.int8)
     params = jax.eval_shape(lambda s: model.init(jax.random.PRNGKey(0), s), sigma)
 
@@ -129,11 +142,7 @@ def model_sizes(model, n_sites: int) -> tuple[int, int]:
     for f in (log_psi, gradient):
         closed = jax.make_jaxpr(f)(params, sigma)
         sizes.append(_peak(closed.jaxpr, [False] * fixed + [True] * (len(closed.jaxpr.invars) - fixed)))
-    try:
-        _SIZES[key] = tuple(sizes)
-    except TypeError:
-        pass
-    return tuple(sizes)
+    return sizes
 
 
 def bytes_per_sample(model, n_sites: int, n_connected: int, itemsize: int) -> int:
