@@ -50,7 +50,7 @@ def one(chunk, k):
     from runner.core.jacobian import jacobian, parameter_blocks
     from runner.core.vmc import init_state
     from runner.core.wavefunction import gradient_mode
-    from tests.test_config import compose_config
+    from tests.helpers.config import compose_config
 
     experiment = build(compose_config(CASE))
     problem, n_sites = experiment.problem, experiment.hilbert.n_sites
