@@ -282,7 +282,8 @@ def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamil
     """The model's `sector` as a `runner.physics.symmetry.Sector`, or None (null, or a model without
     the key). `auto` is the exact ground state's sector where the run's exact solver runs (the
     trivial sector, with one warning, where a 2-D irrep holds it), else the trivial sector: k = 0,
-    the fully symmetric irrep, no parity."""
+    the fully symmetric irrep, no parity. The spectrum by sector behind `auto` is the run's
+    (`runner.physics.spectrum` keeps it; spectrum.json and the sector fields reuse it)."""
     target = node.get("_target_")
     if "sector" not in node or not target or "sector" not in _accepted_keys(_import(target)):
         return None

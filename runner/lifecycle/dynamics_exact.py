@@ -12,7 +12,7 @@ import numpy as np
 from runner.lifecycle import load
 from runner.parallel import distributed
 from runner.physics import dynamics as exact_dynamics
-from runner.physics.exact import wants_exact
+from runner.physics.exact import expectation, wants_exact
 from runner.physics.hilbert import all_states
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def exact_trajectory(experiment, params, times) -> dict | None:
     operators = {"energy": experiment.hamiltonian}
     if obs is not None:
         operators.update({f"obs/{name}": op for name, op in zip(obs.names, obs.simulated)})
-    values = exact_dynamics.expectation_values(operators, experiment.hilbert, psi_TxD)
+    values = {name: expectation(op, experiment.hilbert, psi_TxD) for name, op in operators.items()}
     log.info("exact dynamics on %d times in %.1f s", len(times), time.perf_counter() - started)
     return {"t": [float(t) for t in times], **{k: [float(x) for x in v] for k, v in values.items()}}
 

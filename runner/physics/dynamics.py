@@ -52,14 +52,6 @@ def evolve(hamiltonian: PauliSum, hilbert: Hilbert, psi0_D, times) -> np.ndarray
     return np.stack(out) if out else np.zeros((0, len(psi)), np.complex128)
 
 
-def expectation_values(observables: dict, hilbert: Hilbert, psi_TxD) -> dict:
-    """{name: <psi|O|psi> / <psi|psi> for each state [T]} for Pauli sums `observables` {name: O},
-    by `runner.physics.exact.expectation` (in an Sz sector the elements of O that leave it do not
-    count: an O that only changes Sz gives 0)."""
-    psi_TxD = np.atleast_2d(psi_TxD)
-    return {name: exact.expectation(op, hilbert, psi_TxD) for name, op in observables.items()}
-
-
 def ground_state(hamiltonian: PauliSum, hilbert: Hilbert) -> np.ndarray:
     """The normalised lowest eigenvector of H [D] (`runner.physics.exact.ground_state`);
     meaningful only when the lowest eigenvalue is not degenerate."""

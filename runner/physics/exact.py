@@ -1,4 +1,5 @@
-"""Exact ground-state energies of small systems: matrix-free Lanczos for any Pauli sum.
+"""Exact energies of small systems for any Pauli sum: the ground state by matrix-free Lanczos, and
+the lowest levels of a space or a symmetry sector (`lowest_levels`, the one eigensolver of levels).
 
 The full 2^N space never stores H: a flip mask is a reversal of some axes of the state
 vector viewed as a [2, 2, ..., 2] tensor, so H v costs a few passes over v. An Sz sector
@@ -6,6 +7,7 @@ stores, per flip mask, the index each basis state is sent to and its element.
 """
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import eigh_tridiagonal
 from scipy.sparse.linalg import LinearOperator, eigsh
 
@@ -13,7 +15,9 @@ from runner.physics.hilbert import Hilbert, all_states, states_to_codes
 from runner.physics.pauli import PauliSum, conserves_sz, elements_np
 
 AUTO_MAX_STATES = 2**20
-DENSE_LEVELS = 512  # `lowest_levels` diagonalises spaces up to this many states densely
+# `lowest_levels` diagonalises a space or sector of up to this many states densely (every level at
+# once, degenerate ones exactly repeated), a larger one by ARPACK: the one dense-or-sparse choice.
+DENSE_MAX_STATES = 600
 VECTOR_TOL = 1e-10  # `ground_state`'s eigenvector: |H y - E y| below this times |E|
 # Peak memory per basis state: the diagonal, the Lanczos vectors and temporaries of H v
 # (complex, 16 bytes each) in the full space; a sector adds its codes and, per flip mask,
@@ -168,19 +172,14 @@ def ground_energy(hamiltonian: PauliSum, hilbert: Hilbert) -> float:
 
 def ground_state(hamiltonian: PauliSum, hilbert: Hilbert, vector: bool = True):
     """(lowest eigenvalue of H, its normalised eigenvector [D] complex128 or None) in the
-    (Sz-constrained) space of `hilbert`: dense up to 64 states, else `lanczos` from a fixed random
-    start, the vector (`vector`) by `ritz_vector` from the same run's coefficients.
+    (Sz-constrained) space of `hilbert`: `lanczos` from a fixed random start, the vector (`vector`)
+    by `ritz_vector` from the same run's coefficients.
 
     With a degenerate lowest level the vector is one of its eigenvectors: the one the fixed
     start leads to (Lanczos from one start vector sees one direction of a degenerate level).
     """
     d = hilbert.n_states
     matvec = matvec_of(hamiltonian, hilbert)
-    dtype = np.float64 if hamiltonian.is_real else np.complex128
-    if d <= 64:
-        dense = np.stack([matvec(e) for e in np.eye(d, dtype=dtype)], axis=1)
-        energy = float(np.linalg.eigvalsh(dense)[0])
-        return energy, np.linalg.eigh(dense)[1][:, 0].astype(np.complex128) if vector else None
     rng = np.random.default_rng(0)
     v0 = rng.standard_normal(d)
     if not hamiltonian.is_real:
@@ -189,19 +188,38 @@ def ground_state(hamiltonian: PauliSum, hilbert: Hilbert, vector: bool = True):
     return energy, ritz_vector(matvec, v0, alphas, betas) if vector else None
 
 
-def lowest_levels(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int) -> list:
-    """The `n_levels` lowest eigenvalues of H in the (Sz-constrained) space of `hilbert`, ascending,
-    each degenerate level repeated: dense up to DENSE_LEVELS states, else implicitly restarted
-    Lanczos (ARPACK) from a fixed random start."""
+def operator(hamiltonian: PauliSum, hilbert: Hilbert) -> LinearOperator:
+    """H on the (Sz-constrained) space of `hilbert` as a matrix-free LinearOperator [D, D]
+    (`matvec_of`), for `lowest_levels`."""
     d = hilbert.n_states
-    matvec = matvec_of(hamiltonian, hilbert)
-    dtype = np.float64 if hamiltonian.is_real else np.complex128
-    if d <= DENSE_LEVELS or n_levels >= d - 1:
-        dense = np.stack([matvec(e) for e in np.eye(d, dtype=dtype)], axis=1)
+    return LinearOperator((d, d), matvec=matvec_of(hamiltonian, hilbert),
+                          dtype=np.float64 if hamiltonian.is_real else np.complex128)
+
+
+def lowest_levels(matrix, n_levels: int | None) -> list:
+    """The `n_levels` lowest eigenvalues (all with None) of a Hermitian matrix, ascending, each
+    degenerate level repeated: dense up to DENSE_MAX_STATES states (or where n_levels >= d - 1),
+    else implicitly restarted Lanczos (ARPACK) from a fixed random start.
+
+    Args:
+        matrix: [d, d], a scipy sparse matrix (a symmetry sector's, `runner.physics.spectrum`) or
+            a LinearOperator (a whole space's, `operator`).
+        n_levels: how many levels, or None for all.
+
+    Returns:
+        list of float, min(n_levels, d) levels ([] for d = 0).
+    """
+    d = matrix.shape[0]
+    if d == 0:
+        return []
+    if n_levels is None or d <= DENSE_MAX_STATES or n_levels >= d - 1:
+        if sp.issparse(matrix):
+            dense = matrix.toarray()
+        else:
+            dense = np.stack([matrix.matvec(e) for e in np.eye(d, dtype=matrix.dtype)], axis=1)
         return [float(x) for x in np.linalg.eigvalsh(dense)[:n_levels]]
-    operator = LinearOperator((d, d), matvec=matvec, dtype=dtype)
-    v0 = np.random.default_rng(0).standard_normal(d).astype(dtype)
-    return [float(x) for x in np.sort(eigsh(operator, k=n_levels, which="SA", v0=v0, return_eigenvectors=False))]
+    v0 = np.random.default_rng(0).standard_normal(d)  # ARPACK casts it to the matrix's dtype
+    return [float(x) for x in np.sort(eigsh(matrix, k=n_levels, which="SA", v0=v0, return_eigenvectors=False))]
 
 
 def lanczos_ground_energy(matvec, v0, tol=1e-13, max_iter=1000) -> float:

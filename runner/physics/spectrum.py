@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import eigsh
 
 from runner.physics import exact
 from runner.physics.hilbert import Hilbert, codes_to_states
@@ -37,10 +36,6 @@ from runner.physics.symmetry import (
     star,
     with_2d_irreps,
 )
-
-# Sectors up to this dimension are diagonalised densely (all levels at once).
-_DENSE_MAX = 600
-
 
 class _Orbits(NamedTuple):
     """The orbits of the little group G' (elements e, then e F when `flip`) on the basis.
@@ -205,10 +200,10 @@ def sector_matrix(hamiltonian: PauliSum, hilbert: Hilbert, sector: Sector, group
 
 def lowest_levels_in(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, sector: Sector | None = None) -> list:
     """The `n_levels` lowest levels of H, ascending (degenerate ones repeated): in `hilbert`'s space
-    (`exact.lowest_levels`), or in one `sector` of it."""
+    (matrix-free), or in one `sector` of it (`exact.lowest_levels`)."""
     if sector is None:
-        return exact.lowest_levels(hamiltonian, hilbert, n_levels)
-    return lowest_levels(sector_matrix(hamiltonian, hilbert, sector), n_levels)
+        return exact.lowest_levels(exact.operator(hamiltonian, hilbert), n_levels)
+    return exact.lowest_levels(sector_matrix(hamiltonian, hilbert, sector), n_levels)
 
 
 def invariant_levels(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, perm_HxN, parity: int | None = None) -> list:
@@ -224,11 +219,12 @@ def invariant_levels(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int, per
     if flip:
         chi_G = np.concatenate([chi_G, parity * chi_G])
     if not_invariant_under(hamiltonian, perm_HxN) is None and (not flip or commutes_with_flip(hamiltonian)):
-        return lowest_levels(_sector_matrix(_connections(hamiltonian, orbits, hilbert.n_sites), orbits, chi_G), n_levels)
+        matrix = _sector_matrix(_connections(hamiltonian, orbits, hilbert.n_sites), orbits, chi_G)
+        return exact.lowest_levels(matrix, n_levels)
     # H without that symmetry: a representative's row is not the orbit's; project the full matrix
     basis = _basis(orbits, chi_G)
     matrix = basis.conj().T @ to_sparse(hamiltonian, codes_to_states(orbits.codes_D, hilbert.n_sites)) @ basis
-    return lowest_levels(sp.csr_matrix(matrix), n_levels)
+    return exact.lowest_levels(sp.csr_matrix(matrix), n_levels)
 
 
 def commutes_with_flip(hamiltonian: PauliSum) -> bool:
@@ -245,19 +241,6 @@ def check_symmetric(hamiltonian: PauliSum, group: SpaceGroup, flip: bool) -> Non
                          f"lattice's symmetry")
     if flip and not commutes_with_flip(hamiltonian):
         raise ValueError("the Hamiltonian does not commute with the spin flip: use parity=False")
-
-
-def lowest_levels(matrix, n_levels: int | None) -> list:
-    """The lowest `n_levels` eigenvalues (all with None) of a sparse Hermitian matrix, ascending."""
-    d = matrix.shape[0]
-    if d == 0:
-        return []
-    if n_levels is None or d <= _DENSE_MAX or n_levels >= d - 1:
-        values = np.linalg.eigvalsh(matrix.toarray())
-    else:
-        v0 = np.random.default_rng(0).standard_normal(d)
-        values = np.sort(eigsh(matrix, k=n_levels, which="SA", v0=v0, return_eigenvectors=False))
-    return [float(x) for x in values[:n_levels]]
 
 
 class Spectrum(NamedTuple):
@@ -284,7 +267,8 @@ class Spectrum(NamedTuple):
 
 
 def spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None = 1, parity: bool | None = None) -> Spectrum:
-    """The lowest `n_levels` levels (all with None) of every 1-D sector of `hilbert`.
+    """The lowest `n_levels` levels (all with None) of every 1-D sector of `hilbert`, computed once
+    for the same Hamiltonian and space objects (`_remembered`; the result is shared, not copied).
 
     Args:
         hamiltonian: a Pauli sum that commutes with the lattice's space group (ValueError otherwise).
@@ -293,6 +277,12 @@ def spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None = 1, 
         parity: split by spin-flip parity: None where total_sz is null or 0 and H commutes with
             the flip, True to require it, False never.
     """
+    return _remembered("spectrum", (hamiltonian, hilbert, n_levels, parity),
+                       lambda: _spectrum(hamiltonian, hilbert, n_levels, parity))
+
+
+def _spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None, parity: bool | None) -> Spectrum:
+    """`spectrum`, computed."""
     group = space_group(hilbert)
     if parity is None:
         parity = bool(parities(hilbert)) and commutes_with_flip(hamiltonian)
@@ -307,7 +297,7 @@ def spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None = 1, 
         connections = _connections(hamiltonian, orbits, n)
         for sector in at_k:
             matrix = _sector_matrix(connections, orbits, _full_characters(group, sector, parity)[1])
-            levels[sector] = lowest_levels(matrix, n_levels)
+            levels[sector] = exact.lowest_levels(matrix, n_levels)
             dims[sector] = matrix.shape[0]
             stars[sector] = len(star(group, momentum))
     return Spectrum(levels, dims, stars, hilbert.n_states, with_2d_irreps(group))
@@ -316,8 +306,15 @@ def spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None = 1, 
 def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | None = None, rtol: float = 1e-9):
     """(the sector holding the ground state, its energy): the sector of lowest level; None, with
     the ground energy from `exact.ground_energy`, when a 2-D irrep lies lower than every listed
-    sector. Of degenerate sectors, the first in `result.levels`' order."""
+    sector. Of degenerate sectors, the first in `result.levels`' order. Computed once for the same
+    objects (`_remembered`), as `spectrum` is: `model.sector: auto` and spectrum.json share them."""
     result = spectrum(hamiltonian, hilbert) if result is None else result
+    return _remembered("ground_sector", (hamiltonian, hilbert, result, rtol),
+                       lambda: _ground_sector(hamiltonian, hilbert, result, rtol))
+
+
+def _ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum, rtol: float):
+    """`ground_sector`, computed."""
     filled = {s: v[0] for s, v in result.levels.items() if v}
     best = min(filled, key=filled.get)
     if result.uncovered_states:
@@ -325,6 +322,33 @@ def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | No
         if energy < filled[best] - rtol * abs(energy):
             return None, energy
     return best, filled[best]
+
+
+# The last calls of `spectrum` and `ground_sector` kept, newest last: (name, arguments, result).
+_KEPT_CALLS = 4
+_calls: list = []
+
+
+def _remembered(name: str, args: tuple, compute):
+    """`compute()`, or the result of a kept call of `name` with the same arguments: the same objects
+    (a Hamiltonian, a space and a spectrum are NamedTuples of arrays, kept by identity, never
+    compared) and equal plain values (ints, floats, bools, None). The build's `model.sector: auto`
+    and the run's spectrum.json and sector fields (`runner.lifecycle.sector_check`) ask for the same
+    spectrum of the same objects: every sector is diagonalised once per run."""
+    for i, (kept_name, kept_args, result) in enumerate(_calls):
+        if kept_name == name and _same_arguments(kept_args, args):
+            _calls.append(_calls.pop(i))
+            return result
+    result = compute()
+    _calls.append((name, args, result))
+    del _calls[:-_KEPT_CALLS]
+    return result
+
+
+def _same_arguments(kept: tuple, args: tuple) -> bool:
+    plain = (bool, int, float, type(None))
+    return len(kept) == len(args) and all(
+        a is b or (isinstance(a, plain) and type(a) is type(b) and a == b) for a, b in zip(kept, args))
 
 
 def to_json(result: Spectrum, ground=None) -> dict:

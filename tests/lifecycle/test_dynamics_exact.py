@@ -13,6 +13,7 @@ from runner.lifecycle import warm_start
 from runner.physics import dynamics as exact_dynamics
 from runner.physics import hamiltonians
 from runner.physics import hilbert as hb
+from runner.physics.exact import expectation
 from tests.helpers.config import compose_config
 from tests.helpers.dense import basis_index, dense_ising
 
@@ -47,7 +48,7 @@ def test_free_fermion_reference_is_the_exact_quench(tmp_path, monkeypatch, n_sit
         psi_TxD = exact_dynamics.evolve(experiment.hamiltonian, lattice, np.linalg.eigh(H0)[1][:, 0], times)
         operators = {"energy": experiment.hamiltonian,
                      **{f"obs/{n}": op for n, op in zip(experiment.observables.names, experiment.observables.simulated)}}
-        krylov = exact_dynamics.expectation_values(operators, lattice, psi_TxD)
+        krylov = {name: expectation(op, lattice, psi_TxD) for name, op in operators.items()}
         x_keys = {"obs/magnetization_x", "obs/x2"} & set(krylov)
         assert set(reference) == {"t", "energy", "initial_state", *x_keys} and len(x_keys) == 1
         for key in ("energy", *x_keys):

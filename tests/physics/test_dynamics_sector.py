@@ -51,7 +51,7 @@ def test_sector_expectations_match_the_full_space(sign_rule):
 
     psi_TxD = dynamics.evolve(ham, lattice, psi0_D, TIMES)
     ops = _operators(lattice, ham)
-    measured = dynamics.expectation_values(ops, lattice, psi_TxD)
+    measured = {name: exact.expectation(op, lattice, psi_TxD) for name, op in ops.items()}
     for name, op in ops.items():
         M = dense_pauli(op.terms, lattice.n_sites)
         expected = [np.vdot(p, M @ p).real / np.vdot(p, p).real for p in full_TxF]
@@ -60,14 +60,14 @@ def test_sector_expectations_match_the_full_space(sign_rule):
     assert np.min(np.abs(measured["x0x1"])) > 1e-3  # an off-sector operator's in-sector part counts
 
 
-def test_dynamics_uses_the_one_exact_expectation():
-    """The trajectory's values are `runner.physics.exact.expectation` of each state, and the energy
-    `exact.energy_of` (one expectation path for the static and the dynamic reference)."""
+def test_a_trajectory_s_expectations_are_each_state_s():
+    """`runner.physics.exact.expectation` of a trajectory [T, D] is that of each state, bit for bit,
+    and the energy `exact.energy_of` (one expectation path for the static and the dynamic reference)."""
     lattice = hb.chain(6, total_sz=0)
     ham = hamiltonians.heisenberg(lattice)
     psi_TxD = dynamics.evolve(ham, lattice, np.arange(1.0, lattice.n_states + 1), TIMES)
     ops = _operators(lattice, ham)
-    measured = dynamics.expectation_values(ops, lattice, psi_TxD)
+    measured = {name: exact.expectation(op, lattice, psi_TxD) for name, op in ops.items()}
     for name, op in ops.items():
         np.testing.assert_array_equal(measured[name], [exact.expectation(op, lattice, p) for p in psi_TxD])
     np.testing.assert_array_equal(measured["energy"], [exact.energy_of(ham, lattice, p) for p in psi_TxD])

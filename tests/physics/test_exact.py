@@ -157,7 +157,7 @@ def dense_observables(lattice, H_full):
         (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, True),
          lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.3)),
         (hb.chain(8), lambda h: hamiltonians.ising(h, 1.0, 0.8), lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 0.8)),
-        (hb.chain(6, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, None),  # 20 states: dense
+        (hb.chain(6, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, None),  # 20 states
          lambda h: dense_heisenberg(h.bonds, [], h.n_sites, 1.0, 0.0)),
         (hb.square(Lx=2, Ly=3, pbc=False), lambda h: hamiltonians.ising(h, 1.0, 2.0),
          lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 2.0)),
@@ -199,4 +199,5 @@ def test_lowest_levels_match_eigvalsh(make):
     lattice, make_ham = make()
     ham = make_ham(lattice)
     H = pauli.to_sparse(ham, hb.all_states(lattice)).toarray()
-    np.testing.assert_allclose(exact.lowest_levels(ham, lattice, 5), np.linalg.eigvalsh(H)[:5], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(exact.lowest_levels(exact.operator(ham, lattice), 5), np.linalg.eigvalsh(H)[:5],
+                               rtol=1e-10, atol=1e-10)

@@ -1,0 +1,51 @@
+"""runner.lifecycle.sector_check: a run's exact spectrum by sector is the one its build computed for
+`model.sector: auto`, so every sector is diagonalised once per run."""
+
+from omegaconf import OmegaConf
+
+from runner.config import compose
+from runner.config.build import build
+from runner.lifecycle import sector_check
+from runner.physics import exact, spectrum
+
+# A 2 x 2 kagome Heisenberg model in S^z = 0 whose small CNN projects onto the exact ground sector.
+KAGOME_AUTO = ["hilbert=kagome", "hilbert.L=2", "hilbert.total_sz=0", "hamiltonian=heisenberg",
+               "sampler=metropolis_exchange", "model=cnn", "model.channels=2", "model.sector=auto", "exact=auto"]
+
+
+def _config(overrides) -> dict:
+    return OmegaConf.to_container(compose.compose(overrides), resolve=True)
+
+
+def _counted(monkeypatch, module, name) -> list:
+    """The calls of `module.name` from now on, one entry (its first argument) each."""
+    calls, real = [], getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(args[0] if args else None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+def test_the_build_and_the_run_diagonalise_each_sector_once(monkeypatch):
+    """The build resolves `auto` from the spectrum by sector; the run's spectrum.json and sector
+    fields (`exact_spectrum`) are that spectrum, not a second one: one sector matrix and one call
+    of the sparse eigensolver (ARPACK, every sector past the dense threshold here) per sector."""
+    monkeypatch.setattr(exact, "DENSE_MAX_STATES", 2)
+    matrices = _counted(monkeypatch, spectrum, "_sector_matrix")
+    solved = _counted(monkeypatch, exact, "eigsh")
+    experiment = build(_config(KAGOME_AUTO))
+    result, (ground, energy) = sector_check.exact_spectrum(experiment)
+    sparse = [s for s, d in result.dims.items() if d > 3]  # n_levels >= d - 1 stays dense
+    assert len(matrices) == len(result.levels) and len(solved) == len(sparse) > 0
+    assert ground == experiment.sector and energy == min(v[0] for v in result.levels.values() if v)
+
+
+def test_another_hamiltonian_gets_its_own_spectrum():
+    """The kept spectrum belongs to the objects it was computed for: an equal but separately built
+    experiment (a sweep's next job) computes its own, with the same levels."""
+    first, second = (build(_config(KAGOME_AUTO)) for _ in range(2))
+    ours, theirs = sector_check.exact_spectrum(first), sector_check.exact_spectrum(second)
+    assert ours[0] is not theirs[0] and ours[0].levels == theirs[0].levels and ours[1] == theirs[1]
