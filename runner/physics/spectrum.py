@@ -15,6 +15,7 @@ As P U(g) = chi(g) P and H commutes with U(g),
 so only the representatives' elements are needed (`pauli.elements_np`), about D / |G_k| rows.
 """
 
+import hashlib
 from typing import NamedTuple
 
 import numpy as np
@@ -268,7 +269,7 @@ class Spectrum(NamedTuple):
 
 def spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None = 1, parity: bool | None = None) -> Spectrum:
     """The lowest `n_levels` levels (all with None) of every 1-D sector of `hilbert`, computed once
-    for the same Hamiltonian and space objects (`_remembered`; the result is shared, not copied).
+    for the same Hamiltonian and space (`_remembered`: the result is shared, not copied).
 
     Args:
         hamiltonian: a Pauli sum that commutes with the lattice's space group (ValueError otherwise).
@@ -307,7 +308,7 @@ def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | No
     """(the sector holding the ground state, its energy): the sector of lowest level; None, with
     the ground energy from `exact.ground_energy`, when a 2-D irrep lies lower than every listed
     sector. Of degenerate sectors, the first in `result.levels`' order. Computed once for the same
-    objects (`_remembered`), as `spectrum` is: `model.sector: auto` and spectrum.json share them."""
+    arguments (`_remembered`), as `spectrum` is: `model.sector: auto` and spectrum.json share them."""
     result = spectrum(hamiltonian, hilbert) if result is None else result
     return _remembered("ground_sector", (hamiltonian, hilbert, result, rtol),
                        lambda: _ground_sector(hamiltonian, hilbert, result, rtol))
@@ -324,31 +325,39 @@ def _ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum, rt
     return best, filled[best]
 
 
-# The last calls of `spectrum` and `ground_sector` kept, newest last: (name, arguments, result).
+# The last calls of `spectrum` and `ground_sector` kept, newest last: ((name, `_content` of the
+# arguments), result).
 _KEPT_CALLS = 4
 _calls: list = []
 
 
 def _remembered(name: str, args: tuple, compute):
-    """`compute()`, or the result of a kept call of `name` with the same arguments: the same objects
-    (a Hamiltonian, a space and a spectrum are NamedTuples of arrays, kept by identity, never
-    compared) and equal plain values (ints, floats, bools, None). The build's `model.sector: auto`
-    and the run's spectrum.json and sector fields (`runner.lifecycle.sector_check`) ask for the same
-    spectrum of the same objects: every sector is diagonalised once per run."""
-    for i, (kept_name, kept_args, result) in enumerate(_calls):
-        if kept_name == name and _same_arguments(kept_args, args):
+    """`compute()`, or the result of a kept call of `name` whose arguments had the same content
+    (`_content`). The build's `model.sector: auto` and the run's spectrum.json and sector fields
+    (`runner.lifecycle.sector_check`) ask for one spectrum, and so do the points of a sweep run in
+    one process that share the Hamiltonian and the space: each sector is diagonalised once."""
+    key = (name, _content(args))
+    for i, (kept, result) in enumerate(_calls):
+        if kept == key:
             _calls.append(_calls.pop(i))
             return result
     result = compute()
-    _calls.append((name, args, result))
+    _calls.append((key, result))
     del _calls[:-_KEPT_CALLS]
     return result
 
 
-def _same_arguments(kept: tuple, args: tuple) -> bool:
-    plain = (bool, int, float, type(None))
-    return len(kept) == len(args) and all(
-        a is b or (isinstance(a, plain) and type(a) is type(b) and a == b) for a, b in zip(kept, args))
+def _content(x):
+    """What `x` holds, comparable with ==: an array as its dtype, shape and a digest of its bytes;
+    a tuple (NamedTuples too: a Hamiltonian, a space, a spectrum), list or dict as its type and
+    items; anything else as its type and itself."""
+    if isinstance(x, np.ndarray):
+        return "array", x.dtype.str, x.shape, hashlib.blake2b(np.ascontiguousarray(x).tobytes()).hexdigest()
+    if isinstance(x, dict):
+        return "dict", tuple((_content(k), _content(v)) for k, v in x.items())
+    if isinstance(x, (tuple, list)):
+        return type(x).__qualname__, tuple(_content(v) for v in x)
+    return type(x).__qualname__, x
 
 
 def to_json(result: Spectrum, ground=None) -> dict:

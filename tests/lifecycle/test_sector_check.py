@@ -33,6 +33,7 @@ def test_the_build_and_the_run_diagonalise_each_sector_once(monkeypatch):
     """The build resolves `auto` from the spectrum by sector; the run's spectrum.json and sector
     fields (`exact_spectrum`) are that spectrum, not a second one: one sector matrix and one call
     of the sparse eigensolver (ARPACK, every sector past the dense threshold here) per sector."""
+    monkeypatch.setattr(spectrum, "_calls", [])  # nothing kept from an earlier test
     monkeypatch.setattr(exact, "DENSE_MAX_STATES", 2)
     matrices = _counted(monkeypatch, spectrum, "_sector_matrix")
     solved = _counted(monkeypatch, exact, "eigsh")
@@ -43,9 +44,16 @@ def test_the_build_and_the_run_diagonalise_each_sector_once(monkeypatch):
     assert ground == experiment.sector and energy == min(v[0] for v in result.levels.values() if v)
 
 
-def test_another_hamiltonian_gets_its_own_spectrum():
-    """The kept spectrum belongs to the objects it was computed for: an equal but separately built
-    experiment (a sweep's next job) computes its own, with the same levels."""
-    first, second = (build(_config(KAGOME_AUTO)) for _ in range(2))
-    ours, theirs = sector_check.exact_spectrum(first), sector_check.exact_spectrum(second)
-    assert ours[0] is not theirs[0] and ours[0].levels == theirs[0].levels and ours[1] == theirs[1]
+def test_a_sweep_s_points_share_a_spectrum_and_another_hamiltonian_gets_its_own(monkeypatch):
+    """The kept spectrum belongs to what the Hamiltonian and the space hold, not to the objects: the
+    next point of a sweep run in one process (built again from the same physics) diagonalises
+    nothing; a point with another coupling gets its own spectrum."""
+    monkeypatch.setattr(spectrum, "_calls", [])
+    first = build(_config(KAGOME_AUTO))
+    matrices = _counted(monkeypatch, spectrum, "_sector_matrix")
+    again = build(_config([*KAGOME_AUTO, "optimizer.learning_rate=0.02"]))
+    assert again.hamiltonian is not first.hamiltonian and again.hilbert is not first.hilbert
+    assert sector_check.exact_spectrum(again) == sector_check.exact_spectrum(first) and matrices == []
+    other = build(_config([*KAGOME_AUTO, "hamiltonian.J2=0.1"]))
+    ours, theirs = sector_check.exact_spectrum(first), sector_check.exact_spectrum(other)
+    assert len(matrices) == len(theirs[0].levels) and ours[0].levels != theirs[0].levels
