@@ -279,7 +279,10 @@ def run(overrides=(), run_dir=None, quiet=False) -> TrainedRun:
 
     Raises:
         ConfigError: a bad config, with the sentence the CLI prints after "Config error: "
-            (nothing is run and nothing is written).
+            (nothing is run and nothing is written), or a run directory or checkpoint this
+            config cannot continue.
+        RunFailed: the run failed (`.summary`: what it wrote to summary.json); the CLI exits 1.
+        RunStopped: a stop signal stopped it after saving its checkpoint; the CLI exits 3 or 130.
     """
     from omegaconf import OmegaConf
 
@@ -293,7 +296,7 @@ def run(overrides=(), run_dir=None, quiet=False) -> TrainedRun:
     cfg = compose.compose(overrides)
     run_dir = Path(run_dir) if run_dir is not None else Path("outputs") / cli.run_id()
     with _run_logging(run_dir, quiet):
-        app.run(cfg, run_dir=str(run_dir), raise_config_errors=True)  # refuses before writing anything
+        app.run(cfg, run_dir=str(run_dir))  # a config error refuses before writing anything
     (run_dir / rundir.HYDRA).mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / rundir.CONFIG, resolve=True)
     OmegaConf.save(OmegaConf.create(overrides), run_dir / rundir.OVERRIDES)

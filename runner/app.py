@@ -4,7 +4,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,9 +16,9 @@ from runner.config.build import Experiment, build
 from runner.config.task import Dynamics, Excited
 from runner.core.full_sum import FullSumSampler
 from runner.core.vmc import full_sum_invariance_error, init_state
-from runner.errors import ConfigError
+from runner.errors import ConfigError, RunEnded, RunFailed, RunStopped
 from runner.lifecycle import dynamics, excited, finish, hparams_search, loop, rundir, sector_check, warm_start
-from runner.lifecycle.preemption import StopRequest, exit_status
+from runner.lifecycle.preemption import StopRequest
 from runner.outputs import loggers
 from runner.outputs.header import log_header
 from runner.outputs.summary import Outcome, Timings, report, summarise
@@ -29,12 +28,12 @@ log = logging.getLogger(__name__)
 
 
 
-def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, raise_config_errors=False) -> dict | float:
+def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict | float:
     """Runs the experiment in `cfg` (see `_run`); under the Optuna sweeper, returns the trial's
     objective instead of the summary: `optimized_metric` of the summary, or a large penalty for a
     failed run (which never raises there: a failed trial must not end the study)."""
     if not _optuna_sweep(run_dir):
-        return _run(cfg, run_dir, new_dirs, raise_config_errors=raise_config_errors)
+        return _run(cfg, run_dir, new_dirs)
     from hydra.core.hydra_config import HydraConfig
 
     direction = str(HydraConfig.get().sweeper.get("direction", "minimize"))
@@ -52,21 +51,24 @@ def _optuna_sweep(run_dir) -> bool:
     return "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")).lower()
 
 
-def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, raise_config_errors=False) -> dict:
+def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict:
     """Runs the experiment described by `cfg` in `run_dir` (Hydra's output directory).
 
     `new_dirs`: directories that did not exist when the command started; a single run's config
     error removes its run directory (and new parents) if it is one of them.
-    `raise_config_errors` (`runner.run`, from Python): a bad config value raises its ConfigError
-    instead of printing it and exiting.
 
-    A bad config value prints one sentence and exits with status 2 before anything compiles;
-    in a multirun it is recorded as the point's failure (summary.json, status `failed`) and
+    A bad config value raises its ConfigError before anything compiles; in a multirun it is
+    recorded as the point's failure (summary.json, status `failed`), its sentence printed, and
     the sweep goes on. A stop signal (SIGTERM, SIGUSR2, Ctrl-C) is honoured from the moment the
-    config is valid: the run stops at the next step boundary (exit 3, or 130 for Ctrl-C).
+    config is valid: the run stops at the next step boundary and raises RunStopped; a failed run
+    raises RunFailed (`execute`).
 
     Returns:
         The summary dict (also written to summary.json).
+
+    Raises:
+        ConfigError, RunFailed, RunStopped, DistributedInitError: turned into exit statuses 2, 1,
+            3 or 130, and 1 by the entry point (`runner.cli`).
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -87,30 +89,23 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), *, r
         layout, tracking = _set_up(experiment, config, run_dir)
         dynamics.check(experiment)  # initial_state plus_x: a model that cannot represent it
     except ConfigError as err:
-        if raise_config_errors:
-            raise
         return _config_error(err, run_dir, multirun, new_dirs if from_hydra else None, other_run=err is conflict)
-    except distributed.DistributedInitError as err:
-        print(err, file=sys.stderr)
-        sys.exit(1)
     _quiet_other_ranks()
     with StopRequest() as stop:  # before any heavy work (exact energy, compilation)
         log.info("run directory: %s", run_dir.resolve())
         try:
             log_header(experiment, layout, config)
             return execute(experiment, layout, run_dir, stop=stop, tracking=tracking)
+        except (ConfigError, RunEnded):  # said by the entry point; a failed run's summary is written
+            raise
         except Exception as err:
             # Every rank reports its own failure: launchers often show only rank 0's.
             log.exception("process %d of %d failed", distributed.process_index(), distributed.process_count())
             if distributed.is_main():
                 _write_failure(run_dir, err)
                 tracking.close(json.loads((run_dir / rundir.SUMMARY).read_text()))
-            if distributed.process_count() > 1:
-                # Hydra would catch the error and let this task exit 0 while its peers wait in a
-                # collective; exiting now lets the launcher (KillOnBadExit) end the step at once.
-                logging.shutdown()
-                os._exit(1)
-            raise
+            raise RunFailed(json.loads((run_dir / rundir.SUMMARY).read_text()) if distributed.is_main()
+                            else {"status": "failed", "reason": f"{type(err).__name__}: {err}"}) from err
 
 
 def _set_up(experiment: Experiment, config: dict, run_dir: Path):
@@ -124,21 +119,21 @@ def _set_up(experiment: Experiment, config: dict, run_dir: Path):
 
 
 def _config_error(err: ConfigError, run_dir: Path, multirun: bool, new_dirs, *, other_run: bool) -> dict:
-    """A bad config: one sentence, then exit 2 (removing the run directory if `new_dirs`, the
-    directories this command made, hold it); in a multirun the point's failure, and the sweep
-    goes on (the files of another config's run, `other_run`, stay as they are)."""
+    """A bad config: raised again (after removing the run directory if `new_dirs`, the
+    directories this command made, hold it); in a multirun its sentence and the point's failure,
+    and the sweep goes on (the files of another config's run, `other_run`, stay as they are)."""
+    if not multirun:
+        if new_dirs is not None:
+            rundir.remove_if_new(run_dir, new_dirs)
+        raise err
     print(f"Config error: {err.sentence()}", file=sys.stderr)
-    if multirun and other_run:
+    if other_run:
         return {"status": "failed", "reason": f"config error: {err.sentence()}"}
-    if multirun:
-        failure = {"status": "failed", "reason": f"config error: {err.sentence()}",
-                   "error": f"ConfigError: {err.sentence()}"}
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / rundir.SUMMARY).write_text(json.dumps(failure, indent=2) + "\n")
-        return failure
-    if new_dirs is not None:
-        rundir.remove_if_new(run_dir, new_dirs)
-    sys.exit(2)
+    failure = {"status": "failed", "reason": f"config error: {err.sentence()}",
+               "error": f"ConfigError: {err.sentence()}"}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / rundir.SUMMARY).write_text(json.dumps(failure, indent=2) + "\n")
+    return failure
 
 
 def _quiet_other_ranks():
@@ -178,16 +173,15 @@ def _sweep_job():
 
 
 def _check_full_sum(problem, seed):
-    """Exit 2 with the sentence when a full sum over orbits does not fit the model (checked on
-    the seed's initial parameters and another draw, on this process's default device)."""
+    """Refuses (ConfigError) a full sum over orbits that does not fit the model (checked on the
+    seed's initial parameters and another draw, on this process's default device)."""
     if not isinstance(problem.sampler, FullSumSampler) or problem.sampler.symmetry == "none":
         return
     sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
     draws = [problem.model.init(jax.random.PRNGKey(k), sigma_N)["params"] for k in (seed, seed + 1)]
     error = full_sum_invariance_error(problem, draws)
     if error is not None:
-        print(f"Config error: {ConfigError('sampler.symmetry', error).sentence()}", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError("sampler.symmetry", error)
 
 
 def _place_state(problem, settings, layout):
@@ -200,36 +194,25 @@ def _place_state(problem, settings, layout):
 
 def _start(experiment: Experiment, layout: mesh.Layout, run_dir: Path, resuming: bool):
     """(state, shardings, n_params, first step): a fresh state (warm-started with `init_from`), or
-    the checkpoint's when resuming (exit 2 when it does not fit this config)."""
+    the checkpoint's when resuming (`loop.restore` refuses one that does not fit this config)."""
     state, shardings = _place_state(experiment.problem, experiment.settings, layout)
     if not resuming:  # a warm start (init_from) replaces the initial parameters (and chains)
         state = warm_start.warm_start(experiment, state, shardings)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
     if not resuming:
         return state, shardings, n_params, 0
-    try:
-        state, meta = loop.restore(run_dir, state, shardings)
-    except rundir.checkpoint.CorruptCheckpoint as err:
-        print(f"Config error: {err.sentence()}", file=sys.stderr)
-        sys.exit(2)
-    except ValueError as err:
-        print(f"Config error: resume found a checkpoint that does not fit this config ({err}); "
-              "use a new run directory or resume=false.", file=sys.stderr)
-        sys.exit(2)
+    state, meta = loop.restore(run_dir, state, shardings)
     log.info("resumed from checkpoint at step %d", int(meta["step"]))
     return state, shardings, n_params, int(meta["step"])
 
 
 def _open_run_dir(run_dir: Path, settings) -> tuple[dict | None, bool]:
     """(the summary of a completed run of this config, or None; whether to resume) for `run_dir`,
-    made if missing. Exits 2 when it holds another config's run; warns when a run is replaced."""
+    made if missing. Refuses (ConfigError) one that holds another config's run; warns when a run
+    is replaced."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    try:  # both refuse a run directory that holds another config's run
-        done = rundir.completed_summary(run_dir, settings)
-        resuming = done is None and rundir.resumable(run_dir, settings)
-    except ConfigError as err:
-        print(f"Config error: {err.sentence()}", file=sys.stderr)
-        sys.exit(2)
+    done = rundir.completed_summary(run_dir, settings)
+    resuming = done is None and rundir.resumable(run_dir, settings)
     if done is not None:
         log.info("already completed (%s); delete it or set resume=false to run again", run_dir / rundir.SUMMARY)
         return done, False
@@ -249,8 +232,8 @@ def _open_run_dir(run_dir: Path, settings) -> tuple[dict | None, bool]:
 
 def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
             stop: StopRequest | None = None, tracking: loggers.Tracking | None = None) -> dict:
-    """The run: skip, or init or resume; train; estimate; summarise; exit 1 on a failed run, 3 or
-    130 on a stopped one.
+    """The run: skip, or init or resume; train; estimate; summarise. Returns the summary of a
+    completed run; raises RunFailed for a failed one, RunStopped for a stopped one (`ended`).
 
     `stop` is the caller's installed StopRequest (signals received during the set-up count);
     without one, handlers are installed from compilation on. `tracking`: the trackers (TensorBoard,
@@ -261,10 +244,11 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
     if done is not None:
         return done
     if isinstance(settings.task, Dynamics):  # a time evolution
-        return dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking, started=wall_start)
+        return ended(dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking,
+                                      started=wall_start))
     if isinstance(settings.task, Excited):  # the lowest states
-        return excited.execute(experiment, layout, run_dir, _start(experiment, layout, run_dir, resuming), stop,
-                               tracking=tracking, started=wall_start)
+        return ended(excited.execute(experiment, layout, run_dir, _start(experiment, layout, run_dir, resuming), stop,
+                                     tracking=tracking, started=wall_start))
 
     exact = finish.exact_ground(experiment, _sweep_dir())  # energy (and observables) of the exact ground state
     exact_energy = exact.energy
@@ -294,8 +278,13 @@ def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
         report(result)
         if training.status in ("preempted", "interrupted"):
             stop.hand_over()  # under submitit: requeues the job (and exits)
-    if training.status == "failed":
-        sys.exit(1)
-    if training.status in ("preempted", "interrupted"):
-        sys.exit(exit_status(training.status))
+    return ended(result)
+
+
+def ended(result: dict) -> dict:
+    """A run's summary when it completed; else RunStopped (preempted, interrupted) or RunFailed."""
+    if result.get("status") in ("preempted", "interrupted"):
+        raise RunStopped(result)
+    if result.get("status") == "failed":
+        raise RunFailed(result)
     return result

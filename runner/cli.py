@@ -1,14 +1,16 @@
 """The Hydra entry point, kept thin: configure the process, compose, hand over to `app.run`."""
 
+import contextlib
+import logging
 import os
 import sys
 import time
 from pathlib import Path
 
 from runner.config import compose
-from runner.errors import ConfigError
+from runner.errors import ConfigError, RunEnded, RunFailed
 from runner.lifecycle.hparams_search import quiet_storage_logs
-from runner.lifecycle.preemption import EXIT_INTERRUPTED
+from runner.lifecycle.preemption import EXIT_INTERRUPTED, exit_status
 from runner.parallel.runtime import configure_runtime
 
 CONF_DIR = compose.CONF_DIR
@@ -41,6 +43,35 @@ def refuse_bad_overrides(argv):
     except ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+@contextlib.contextmanager
+def exits():
+    """The run's typed errors as process exit statuses, here in the entry point only: a config
+    error's sentence and 2, a distributed set-up that failed 1, a failed run 1, a stopped one 3
+    (130 for Ctrl-C). With several processes any failure exits at once: Hydra would catch it and
+    let this process exit 0 while its peers wait in a collective, where the launcher
+    (KillOnBadExit) ends the step when one exits 1."""
+    from runner.parallel import distributed
+
+    try:
+        yield
+    except ConfigError as err:
+        print(f"Config error: {err.sentence()}", file=sys.stderr)
+        sys.exit(2)
+    except distributed.DistributedInitError as err:
+        print(err, file=sys.stderr)
+        sys.exit(1)
+    except RunEnded as ended:
+        if ended.__cause__ is not None and distributed.process_count() > 1:  # an exception, maybe on this rank alone
+            logging.shutdown()
+            os._exit(1)
+        sys.exit(1 if isinstance(ended, RunFailed) else exit_status(ended.status))
+    except Exception:
+        if distributed.process_count() > 1:
+            logging.shutdown()
+            os._exit(1)
+        raise
 
 
 def run_id(env=None) -> str:
@@ -94,7 +125,8 @@ def main():
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
     def _main(cfg):
         entered.append(True)
-        results.append(app.run(cfg, new_dirs=created))
+        with exits():
+            results.append(app.run(cfg, new_dirs=created))
         return results[-1]
 
     try:

@@ -51,3 +51,25 @@ def require_choice(key, value, choices):
         allowed = ", ".join(repr(c) if c is None else str(c) for c in choices)
         raise ConfigError(key, f"must be one of {allowed} (got {value!r})")
     return value
+
+
+class RunEnded(Exception):
+    """A run that ended without completing (`RunFailed`, `RunStopped`); `summary` is what it wrote
+    to summary.json. Raised by the run; only entry points turn it into a process exit status."""
+
+    def __init__(self, summary: dict):
+        super().__init__(f"the run ended {summary.get('status')}: {summary.get('reason')}")
+        self.summary = summary
+
+    @property
+    def status(self) -> str:
+        return self.summary.get("status")
+
+
+class RunFailed(RunEnded):
+    """The run failed (status `failed`: a NaN, a diverged solver, an exception); exit status 1."""
+
+
+class RunStopped(RunEnded):
+    """The run was stopped by a signal after saving its checkpoint (status `preempted` or
+    `interrupted`); it resumes from there. Exit status 3, or 130 for Ctrl-C."""

@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
+from runner.errors import RunFailed
 from tests.helpers.cli import REPO, run_cli
 
 # ---------------------------------------------------------------------------------------------
@@ -374,9 +375,10 @@ def nan_run(tmp_path, caplog, overrides):
     from tests.helpers.config import compose_config
 
     experiment = build(compose_config(overrides))
-    with caplog.at_level("INFO", logger="runner"), pytest.raises(SystemExit) as exit_info:
+    with caplog.at_level("INFO", logger="runner"), pytest.raises(RunFailed) as failed:
         app.execute(experiment, mesh.make_mesh("single"), tmp_path)
-    return exit_info.value.code, caplog.text
+    assert failed.value.summary == summary_of(tmp_path)  # what it wrote is what it raised
+    return 1, caplog.text
 
 
 def test_nan_failure_gives_its_reason_and_says_no_checkpoint_exists(tmp_path, caplog):

@@ -6,7 +6,6 @@ import contextlib
 import functools
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,7 +25,7 @@ from runner.diagnostics import health
 from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, loop, rundir, warm_start
 from runner.lifecycle.dynamics_exact import exact_trajectory, max_abs_errors
-from runner.lifecycle.preemption import StopRequest, exit_status
+from runner.lifecycle.preemption import StopRequest
 from runner.outputs import trajectory_plot
 from runner.outputs.summary import energy_unit, finite, layout_fields, log_warnings, per_site
 from runner.parallel import distributed, mesh
@@ -185,16 +184,8 @@ def _save(run_dir: Path, state, settings, index: int):
 
 
 def _restore(run_dir: Path, like, shardings):
-    """(state, saved index) of run_dir's checkpoint; exit 2 when it does not fit this config."""
-    try:
-        state, meta = loop.restore(run_dir, mesh.to_host(like), shardings)
-    except checkpoint.CorruptCheckpoint as err:
-        print(f"Config error: {err.sentence()}", file=sys.stderr)
-        sys.exit(2)
-    except ValueError as err:
-        print(f"Config error: resume found a checkpoint that does not fit this config ({err}); "
-              "use a new run directory or resume=false.", file=sys.stderr)
-        sys.exit(2)
+    """(state, saved index) of run_dir's checkpoint (`loop.restore`: ConfigError when it does not fit)."""
+    state, meta = loop.restore(run_dir, mesh.to_host(like), shardings)
     return state, int(meta["step"])
 
 
@@ -305,8 +296,8 @@ def final_line(summary: dict) -> str:
 def execute(experiment, layout, run_dir: Path, resuming: bool, stop: StopRequest | None = None, *, tracking=None,
             started: float | None = None) -> dict:
     """The time evolution in `run_dir` (fresh, or resumed from its checkpoint): trajectory.jsonl,
-    exact_trajectory.json, dynamics.png and summary.json; exit 1 on a failed run, 3 or 130 on a
-    stopped one. `stop`: the caller's installed StopRequest; without one, handlers are installed
+    exact_trajectory.json, dynamics.png and summary.json. The summary is returned whatever the
+    status (`runner.app.ended` raises for a failed or stopped run). `stop`: the caller's installed StopRequest; without one, handlers are installed
     here."""
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         return _execute(experiment, layout, run_dir, resuming, stop=stop, tracking=tracking,
@@ -347,7 +338,4 @@ def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopReq
     log_warnings(result)
     if status in ("preempted", "interrupted"):
         stop.hand_over()
-        sys.exit(exit_status(status))
-    if status == "failed":
-        sys.exit(1)
     return result

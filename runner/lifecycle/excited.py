@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from runner.diagnostics import sectors
 from runner.errors import ConfigError
 from runner.lifecycle import finish, loop, rundir, sector_check
 from runner.lifecycle.load import Trained
-from runner.lifecycle.preemption import StopRequest, exit_status
+from runner.lifecycle.preemption import StopRequest
 from runner.outputs.summary import Outcome, Timings, finite, relative_error, report, summarise, v_score
 from runner.parallel import distributed, mesh
 from runner.physics import spectrum, symmetry
@@ -220,7 +219,7 @@ def execute(experiment, layout, run_dir: Path, start_state, stop: StopRequest | 
             started: float | None = None) -> dict:
     """The excited-state run in `run_dir` from `start_state` (the caller's (state, shardings,
     n_params, first step): fresh or resumed): metrics.jsonl, the checkpoint (every state), energy.png
-    (the sum of the levels) and summary.json; exit 1 on a failed run, 3 or 130 on a stopped one."""
+    (the sum of the levels) and summary.json; returned whatever the status (`runner.app.ended` raises for a failed or stopped run)."""
     started = time.perf_counter() if started is None else started
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         return _execute(experiment, layout, run_dir, start_state, stop=stop, tracking=tracking, started=started)
@@ -264,9 +263,6 @@ def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopReques
                  "" if gap.get("exact_gap") is None else f"  exact {gap['exact_gap']:.10f}")
     if training.status in ("preempted", "interrupted"):
         stop.hand_over()
-        sys.exit(exit_status(training.status))
-    if training.status == "failed":
-        sys.exit(1)
     return result
 
 

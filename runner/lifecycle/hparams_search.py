@@ -5,7 +5,7 @@ import logging
 import math
 from pathlib import Path
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, RunStopped
 from runner.lifecycle.rundir import SUMMARY
 
 log = logging.getLogger(__name__)
@@ -44,15 +44,13 @@ def objective(summary: dict | None, metric: str, direction: str = "minimize") ->
 
 def run_trial(fn, run_dir: Path, metric: str, direction: str = "minimize") -> float:
     """Runs one trial (`fn()`, returning its summary) and returns its objective; a failure of any
-    kind (an exception, exit status 1 or 2) is a bad value, never the end of the study. A stop
-    signal (exit 3, 130) still stops the study: a re-run resumes it from its store."""
+    kind (a config error, a failed run, an exception) is a bad value, never the end of the study.
+    A stopped run (RunStopped) still stops the study: a re-run resumes it from its store."""
     try:
         summary = fn()
-    except SystemExit as exc:
-        if exc.code not in (1, 2):
-            raise
-        summary = None
-    except Exception:  # already logged and recorded in summary.json by app.run
+    except RunStopped:
+        raise
+    except Exception:  # a failed run's summary.json holds its reason (written by app.run)
         summary = None
     if not isinstance(summary, dict):
         path = Path(run_dir) / SUMMARY

@@ -18,6 +18,7 @@ from runner.core.estimate import draws_estimate_samples
 from runner.core.problem import draw
 from runner.core.vmc import update_step, vmc_step
 from runner.diagnostics import health
+from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, rundir
 from runner.lifecycle.preemption import StopRequest
 from runner.outputs.summary import finite
@@ -81,8 +82,19 @@ def save_checkpoint(run_dir: Path, state, settings, step: int, **extra):
 
 
 def restore(run_dir: Path, state, shardings):
-    """(state, meta) of run_dir's checkpoint, placed like `state` (ValueError: it does not fit)."""
-    loaded, meta = checkpoint.load(run_dir / rundir.CHECKPOINT, state)
+    """(state, meta) of run_dir's checkpoint, placed like `state`.
+
+    Raises:
+        ConfigError: the checkpoint is unreadable (`checkpoint.CorruptCheckpoint`) or does not fit
+            this config (its arrays' shapes or types differ).
+    """
+    try:
+        loaded, meta = checkpoint.load(run_dir / rundir.CHECKPOINT, state)
+    except checkpoint.CorruptCheckpoint:
+        raise
+    except ValueError as err:
+        raise ConfigError("resume", f"found a checkpoint that does not fit this config ({err}); use a new run "
+                                    "directory or resume=false") from err
     return mesh.from_host(loaded, shardings), meta
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runner.errors import RunFailed
 from tests.helpers.cli import REPO, run_cli
 
 SMALL = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=2"]
@@ -184,9 +185,9 @@ def test_nan_energy_fails_and_keeps_last_good_checkpoint(tmp_path):
         problem=dataclasses.replace(experiment.problem, hamiltonian=ham),
         settings=dataclasses.replace(experiment.settings, n_iter=8),
     )
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(RunFailed) as failed:
         app.execute(broken, layout, tmp_path)
-    assert exit_info.value.code == 1
+    assert failed.value.status == "failed"
     summary = read_summary(tmp_path)
     assert summary["status"] == "failed"
     assert (tmp_path / "checkpoint" / "state.npz").read_bytes() == saved

@@ -178,9 +178,8 @@ def test_a_stop_between_saved_times_checkpoints_there_and_resumes_bit_for_bit(tm
     experiment = build(compose_config(overrides))
     (tmp_path / "parts").mkdir()
     stop = StopAfterSaved(tmp_path / "parts", index=1, looks=3)
-    with pytest.raises(SystemExit) as exited:
-        dyn.execute(experiment, mesh.make_mesh("single"), tmp_path / "parts", False, stop=stop)
-    assert exited.value.code == preemption.EXIT_PREEMPTED and stop.saved == 1
+    stopped = dyn.execute(experiment, mesh.make_mesh("single"), tmp_path / "parts", False, stop=stop)
+    assert stopped["status"] == "preempted" and stop.saved == 1
     meta = checkpoint.read_meta(tmp_path / "parts" / "checkpoint")
     assert meta["step"] == 1 and 0.1 < meta["t"] < 0.2, meta
     assert [r["t"] for r in trajectory(tmp_path / "parts")] == [0.0, 0.1]

@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, RunFailed, RunStopped
 from runner.lifecycle import hparams_search
 from tests.helpers.cli import REPO
 
@@ -40,20 +40,19 @@ def test_optimized_metric_is_checked():
 def test_run_trial_turns_failures_into_bad_values_but_lets_stops_through(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "energy": None}))
 
-    def exits(code):
+    def raises(error):
         def fn():
-            sys.exit(code)
+            raise error
         return fn
 
-    def raises():
-        raise RuntimeError("boom")
-
     assert hparams_search.run_trial(lambda: {"status": "completed", "energy": -3.0}, tmp_path, "energy") == -3.0
-    assert hparams_search.run_trial(exits(1), tmp_path, "energy") == hparams_search.PENALTY
-    assert hparams_search.run_trial(exits(2), tmp_path / "missing", "energy") == hparams_search.PENALTY
-    assert hparams_search.run_trial(raises, tmp_path, "energy") == hparams_search.PENALTY
-    with pytest.raises(SystemExit):  # preempted: the study stops and is resumed later
-        hparams_search.run_trial(exits(3), tmp_path, "energy")
+    failed = RunFailed({"status": "failed", "reason": "energy is nan at step 3"})
+    assert hparams_search.run_trial(raises(failed), tmp_path, "energy") == hparams_search.PENALTY
+    bad = ConfigError("model.alpha", "must be at least 1 (got 0)")
+    assert hparams_search.run_trial(raises(bad), tmp_path / "missing", "energy") == hparams_search.PENALTY
+    assert hparams_search.run_trial(raises(RuntimeError("boom")), tmp_path, "energy") == hparams_search.PENALTY
+    with pytest.raises(RunStopped):  # preempted: the study stops and is resumed later
+        hparams_search.run_trial(raises(RunStopped({"status": "preempted"})), tmp_path, "energy")
 
 
 def test_sqlite_storage_creates_its_folder(tmp_path):
