@@ -450,7 +450,6 @@ def test_force_matches_exact_gradient(name, dtype):
     [(lambda h: RBMSymm(alpha=1.5, hilbert=h), "alpha"), (lambda h: CNN(depth=0, hilbert=h), "depth"),
      (lambda h: CNN(sector="rotations", hilbert=h), "sector"),
      (lambda h: CNN(sector={"momentum": [0], "irrep": "A'", "parity": 2}, hilbert=h), "sector.parity"),
-     (lambda h: CNN(activation="tanh", hilbert=h), "activation"),
      (lambda h: RBMSymm(group="rotations", hilbert=h), "group"),
      (lambda h: ViT(patch_size=1, sector={"momentum": [1], "irrep": "A"}, hilbert=h), "sector"),
      (lambda h: ViT(patch_size=1, sector={"momentum": [1, 0], "irrep": "A"}, hilbert=h), "sector.momentum"),
