@@ -10,7 +10,7 @@ import pytest
 
 import runner
 from runner import cli
-from runner.errors import ConfigError
+from runner.errors import ConfigError, RunFailed
 
 SMALL = ["hilbert.L=6", "sampler.n_samples=64", "sampler.n_chains=8", "n_iter=3", "final_rounds=1", "exact=false",
          "peak_search=0"]
@@ -75,3 +75,18 @@ def test_warnings_reach_stderr_and_the_log(tmp_path, capsys):
     err = capsys.readouterr().err
     for text in (err, (run_dir / cli.LOG_FILE).read_text()):
         assert "[WARNING] - sampler.n_samples=64 is not used by full_sum" in text
+
+
+def test_a_failed_run_raises_run_failed_not_system_exit(tmp_path):
+    """From Python a failed run is an exception carrying its summary (the CLI exits 1 for it), and a
+    run directory this config cannot continue is a ConfigError (the CLI's exit 2): no SystemExit."""
+    diverging = ["hilbert.L=8", "sampler.n_samples=256", "sampler.n_chains=8", "final_rounds=1", "exact=false",
+                 "n_iter=20", "optimizer.learning_rate=1e6"]
+    with pytest.raises(RunFailed) as failed:
+        runner.run(diverging, run_dir=tmp_path / "nan", quiet=True)
+    assert failed.value.status == "failed" and failed.value.summary["reason"].startswith("energy is nan")
+    runner.run(["hilbert.L=6", "n_iter=2", "final_rounds=1", "exact=false"], run_dir=tmp_path / "done", quiet=True)
+    (tmp_path / "done" / "checkpoint" / "state.npz").unlink()
+    (tmp_path / "done" / "checkpoint" / "state.prev.npz").unlink(missing_ok=True)
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        runner.run(["hilbert.L=6", "n_iter=4", "final_rounds=1", "exact=false"], run_dir=tmp_path / "done", quiet=True)
