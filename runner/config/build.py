@@ -122,7 +122,10 @@ def instantiate(group: str, node: dict, **runtime):
     unknown = sorted(set(node) - set(allowed))
     if unknown:
         options = ", ".join(k for k in allowed if k not in runtime)
-        raise ConfigError(f"{group}.{unknown[0]}", f"is not a key of {group}; its keys are: {options}")
+        # the command line's keys are checked against the composed option (runner.config.compose): this
+        # one comes from a config file, e.g. an experiment written for another option of the group
+        raise ConfigError(f"{group}.{unknown[0]}", f"is not a key of {group}; its keys are: {options} (a config "
+                                                   f"file sets it, e.g. the experiment; ~{group}.{unknown[0]} removes it)")
     collide = [k for k in node if k in runtime]
     if collide:
         source = RUNTIME_SOURCES.get(collide[0], "by the runner")

@@ -83,3 +83,21 @@ def test_option_keys_follow_its_defaults():
     cli.check_overrides(["experiment=triangular_heisenberg", "sampler.symmetry=none"])
     with pytest.raises(ConfigError, match="sampler.symetry"):
         cli.check_overrides(["sampler=full_sum_lattice", "sampler.symetry=none"])
+
+
+def test_a_key_an_experiment_sets_for_another_option_says_how_to_remove_it():
+    """j1j2_square_cnn sets sampler.machine_pow, which sampler=full_sum lacks: the sentence names the
+    way out, and following it (~sampler.machine_pow, then the next sentences' clip_local_energy=null
+    and reject_jump=null: the experiment's Monte Carlo stabilisers, each refused in turn) builds."""
+    overrides = ["experiment=j1j2_square_cnn", "hilbert.L=4", "sampler=full_sum"]
+    with pytest.raises(ConfigError, match=r"sampler\.machine_pow is not a key of sampler.*~sampler\.machine_pow removes it"):
+        build(compose_config(overrides))
+    followed = [*overrides, "~sampler.machine_pow"]
+    with pytest.raises(ConfigError, match="^clip_local_energy must be null"):
+        build(compose_config(followed))
+    followed.append("clip_local_energy=null")
+    with pytest.raises(ConfigError, match="^reject_jump must be null"):
+        build(compose_config(followed))
+    followed.append("reject_jump=null")
+    cli.check_overrides(followed)
+    assert build(compose_config(followed)).problem.sampler.n_samples > 0
