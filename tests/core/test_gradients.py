@@ -16,6 +16,7 @@ from runner.core.stats import clip_outliers
 from runner.core.vmc import energy_and_update
 from runner.core.wavefunction import gradient_mode
 from tests.helpers.exact import MODELS, exact_energy, exact_setup, exact_weighted, problem_of, wirtinger_reference
+from tests.helpers.jacobians import random_jacobian
 
 
 @pytest.mark.parametrize("model_name", sorted(MODELS))
@@ -112,21 +113,9 @@ def test_jacobian_products_equal_the_dense_matrix(model_name):
     np.testing.assert_allclose(np.asarray(cg_sr), np.asarray(dense_sr), rtol=1e-8, atol=1e-10)
 
 
-def _random_jacobian(seed, n_params, n_samples, mode):
-    """A dense Obar with a spread spectrum (a few large directions, like real log-derivatives)."""
-    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
-    weights = jnp.geomspace(3.0, 0.01, n_params)
-    Obar = jax.random.normal(k1, (n_params, n_samples)) * weights[:, None]
-    eps = jax.random.normal(k2, (n_samples,))
-    if mode == "holomorphic":
-        Obar = Obar + 1j * jax.random.normal(k3, (n_params, n_samples)) * weights[:, None]
-        eps = eps * (1 + 0.3j)
-    return Obar / jnp.sqrt(n_samples), eps / jnp.sqrt(n_samples)
-
-
 @pytest.mark.parametrize("mode", ["real", "holomorphic"])
 def test_ritz_basis_from_cg_finds_the_top_eigenpairs(mode):
-    Obar, eps = _random_jacobian(0, 60, 200, mode)
+    Obar, eps = random_jacobian(0, 60, 200, mode)
     jac = from_dense(Obar, mode)
     shift = 0.01
     A_dense = np.asarray(jnp.conj(Obar) @ Obar.T) + shift * np.eye(60)
@@ -156,11 +145,11 @@ def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12, cg_maxiter=2000, cg_recycle_rank=8,
                     cg_recycle_every=3)
     dense = precond.sr(diag_shift=0.01, solver="cholesky")
-    Obar0, _ = _random_jacobian(1, 80, 300, mode)
+    Obar0, _ = random_jacobian(1, 80, 300, mode)
     update = jax.jit(lambda Obar, eps, state: cg.update(from_dense(Obar, mode), eps, mode, state))
     state = cg.init(jnp.zeros(80, Obar0.dtype))
     for step in range(7):
-        drift, eps = _random_jacobian(10 + step, 80, 300, mode)
+        drift, eps = random_jacobian(10 + step, 80, 300, mode)
         Obar = Obar0 + 0.2 * drift
         x, state, info = update(Obar, eps, state)
         expected = dense(from_dense(Obar, mode), eps, mode)
@@ -170,7 +159,7 @@ def test_recycled_cg_matches_cholesky_over_drifting_steps(mode):
 
 
 def test_cg_with_an_arbitrary_basis_still_converges():
-    Obar, eps = _random_jacobian(2, 50, 120, "real")
+    Obar, eps = random_jacobian(2, 50, 120, "real")
     jac = from_dense(Obar, "real")
     cg = precond.sr(diag_shift=0.01, solver="cg", cg_tol=1e-12, cg_maxiter=2000, cg_recycle_rank=5,
                     cg_recycle_every=100)
