@@ -26,20 +26,27 @@ CASE = ["hilbert=chain", "hilbert.L=100", "hamiltonian=ising", "hamiltonian.h=1.
         "final_rounds=1", "checkpoint_every=100000", "memory_budget=null"]  # chunks only as each run sets them
 
 
+def fresh_process(repo, args):
+    """(output, peak RSS in MiB, wall seconds) of `python -m runner args` run in `repo` in a fresh
+    process (ru_maxrss from wait4); RuntimeError with the output's end if it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *args], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{out[-3000:]}")
+    return out, usage.ru_maxrss / 1024, wall
+
+
 def measure(repo, overrides):
     """(peak RSS in MiB, seconds per step, wall seconds, n_params) of `python -m runner overrides`
     run in `repo` in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={tmp}"]
-        start = time.perf_counter()
-        proc = subprocess.Popen(args, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"{' '.join(overrides)} failed:\n{out[-3000:]}")
+        _, rss, wall = fresh_process(repo, [*overrides, f"hydra.run.dir={tmp}"])
         summary = json.loads((Path(tmp) / "summary.json").read_text())
-    return usage.ru_maxrss / 1024, summary["seconds_per_iter"], wall, summary["n_params"]
+    return rss, summary["seconds_per_iter"], wall, summary["n_params"]
 
 
 def run_one(chunk, n_iter, cg_maxiter):

@@ -12,13 +12,13 @@ Prints a markdown table with the machine and versions:
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from memory import fresh_process  # noqa: E402
 # What each recipe needs beyond its own config to run at all, and how it is shortened.
 NEEDS = {"tfim_quench_1d": None}  # evolves a ground state from init_from: a run of its own first, left out
 SHORT = ["n_iter=3", "final_rounds=1", "checkpoint_every=100000"]
@@ -37,18 +37,11 @@ def measure(name, budget):
     """(peak RSS in MiB, the chunk the log names or None, wall seconds) of the shortened recipe."""
     short = SHORT_DYNAMICS if is_dynamics(name) else SHORT
     with tempfile.TemporaryDirectory() as tmp:
-        args = [sys.executable, "-m", "runner", f"experiment={name}", *short, f"memory_budget={budget}",
-                f"hydra.run.dir={tmp}"]
-        start = time.perf_counter()
-        proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"{name} failed:\n{out[-3000:]}")
+        out, rss, wall = fresh_process(REPO, [f"experiment={name}", *short, f"memory_budget={budget}",
+                                              f"hydra.run.dir={tmp}"])
     chunk = next((line.split("samples evaluated ")[1].split()[0] for line in out.splitlines()
                   if "samples evaluated " in line), None)
-    return usage.ru_maxrss / 1024, chunk, wall
+    return rss, chunk, wall
 
 
 def main():

@@ -12,6 +12,7 @@ from runner.errors import ConfigError
 from runner.lifecycle.excited import state_of
 from runner.lifecycle.load import Trained, experiment_of, read_config
 from runner.lifecycle.load import load as load_trained
+from runner.lifecycle.loop import prints_to_terminal
 from runner.lifecycle.rundir import METRICS, SUMMARY
 
 
@@ -319,7 +320,7 @@ def _run_logging(run_dir: Path, quiet: bool):
     had_log = log_path.exists()
     formatter = logging.Formatter(cli.LOG_FORMAT)
     handlers = [_RunLog(log_path)]
-    if not quiet and not any(_prints(h) for h in root.handlers):
+    if not quiet and not any(prints_to_terminal(h) for h in root.handlers):
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
         handler.setFormatter(formatter)
@@ -349,11 +350,6 @@ def _missing_dirs(path: Path) -> set[Path]:
         missing.add(path)
         path = path.parent
     return missing
-
-
-def _prints(handler) -> bool:
-    """Whether a handler of the user's already prints to the terminal (stderr or stdout)."""
-    return type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
 
 
 class _RunLog(logging.FileHandler):

@@ -194,11 +194,11 @@ def _progress(n_iter: int, start: int):
     """A progress bar where the log is printed: on a terminal (tqdm disables itself otherwise) and
     only while a root handler prints the log there (Hydra's console handler in the CLI; none under
     `runner.run(quiet=True)`, which then shows no bar either)."""
-    shown = any(_prints(h) for h in logging.getLogger().handlers)
+    shown = any(prints_to_terminal(h) for h in logging.getLogger().handlers)
     return tqdm(total=n_iter, initial=start, disable=None if shown else True, file=sys.stderr, dynamic_ncols=True)
 
 
-def _prints(handler) -> bool:
+def prints_to_terminal(handler) -> bool:
     """Whether a log handler prints to the terminal (a plain StreamHandler on stderr or stdout)."""
     return type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
 
