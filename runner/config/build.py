@@ -59,7 +59,7 @@ class Settings:
     # fingerprint.of(config): the keys that change the numbers, checked on resume and skip
     fingerprint: dict = dataclasses.field(default_factory=dict, compare=False)
     init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
-    task: Any = None  # runner.config.task.Dynamics (a time evolution) or Excited (the lowest states); None: a ground state
+    task: Any = None  # runner.config.task.GroundState, Dynamics (a time evolution) or Excited (the lowest states)
     memory_budget: float | None = None  # GiB a step's batch may take (automatic chunks when chunk_size is null); None: no limit
 
 

@@ -18,6 +18,11 @@ EXCITED_KEYS = ("name", "n_states")
 
 
 @dataclasses.dataclass(frozen=True)
+class GroundState:
+    """The ground state of the run's Hamiltonian, found by VMC (n_iter steps of optimizer and preconditioner)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Excited:
     """The n_states lowest states of the model's space or sector, trained together (natural excited states)."""
 
@@ -63,16 +68,15 @@ def _integrator(node: dict) -> integrators.Integrator:
         raise ConfigError(f"task.{err.key}", err.message) from None
 
 
-def read(node) -> Dynamics | Excited | None:
-    """The task of a config's `task` node: None for a ground-state run (the default, also when the
-    node is missing: a run directory written before tasks existed), else a checked `Dynamics` or
-    `Excited`.
+def read(node) -> GroundState | Dynamics | Excited:
+    """The task of a config's `task` node: a `GroundState` (the default, also when the node is
+    missing: a run directory written before tasks existed), or a checked `Dynamics` or `Excited`.
 
     Raises:
         ConfigError: naming the first bad `task.key`.
     """
     if node is None:
-        return None
+        return GroundState()
     if not isinstance(node, dict):
         raise ConfigError("task", f"must be a config group such as task=dynamics (got {node!r})")
     name = require_choice("task.name", node.get("name"), (GROUND_STATE, DYNAMICS, EXCITED))
@@ -80,7 +84,7 @@ def read(node) -> Dynamics | Excited | None:
         extra = sorted(set(node) - {"name"})
         if extra:
             raise ConfigError(f"task.{extra[0]}", "is not a key of task=ground_state")
-        return None
+        return GroundState()
     if name == EXCITED:
         unknown = sorted(set(node) - set(EXCITED_KEYS))
         if unknown:

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from runner.config.task import GroundState
 from runner.lifecycle import load
 from runner.parallel import distributed
 from runner.physics import dynamics as exact_dynamics
@@ -60,7 +61,7 @@ def _source_hamiltonian(experiment):
     if experiment.settings.task.initial_state != "init_from" or src is None:
         return None
     source = load.experiment_of(load.read_config(src.run_dir))
-    return source.hamiltonian if source.settings.task is None else None
+    return source.hamiltonian if isinstance(source.settings.task, GroundState) else None
 
 
 def free_fermion_trajectory(experiment, times) -> dict | None:

@@ -5,7 +5,7 @@ import pytest
 
 from runner.config import fingerprint
 from runner.config.build import build
-from runner.config.task import Excited, read
+from runner.config.task import Excited, GroundState, read
 from runner.core import integrators
 from runner.errors import ConfigError
 from tests.helpers.cli import run_cli
@@ -15,7 +15,7 @@ from tests.helpers.config import compose_config
 def test_ground_state_is_the_default_and_leaves_the_fingerprint_unchanged():
     config = compose_config()
     assert config["task"] == {"name": "ground_state"}
-    assert build(config).settings.task is None
+    assert build(config).settings.task == GroundState()
     flat = fingerprint.of(config)
     assert not [k for k in flat if k.startswith("task")]
     without = {k: v for k, v in config.items() if k != "task"}  # a run directory from before tasks existed
@@ -87,7 +87,7 @@ def test_excited_builds_the_problem_of_k_copies():
     assert problem.hamiltonian.n_sites == 12 and len(problem.hamiltonian.terms) == 3 * len(experiment.hamiltonian.terms)
     assert experiment.hilbert.n_sites == 4 and experiment.hamiltonian.n_sites == 4
     ground = build(compose_config(["hilbert.L=4", "dtype=complex128"]))
-    assert ground.settings.task is None and ground.problem.sampler.hilbert.n_sites == 4
+    assert ground.settings.task == GroundState() and ground.problem.sampler.hilbert.n_sites == 4
 
 
 @pytest.mark.parametrize("overrides,key,match", [
