@@ -12,6 +12,8 @@ from models.fast_paths import LocalRatios, SamplerCache
 from models.rbm import RBM
 from runner.errors import ConfigError
 
+# The groups of the lattice's space group by their one name (`runner.physics.space_group.SUBGROUPS`),
+# and the sector's kernel.
 GROUPS = ("translations", "lattice", "sector")
 
 
@@ -30,7 +32,7 @@ def _invariance(hilbert, group: str, sector) -> symmetrize.Invariance | None:
         if isinstance(sector, str):
             return None  # not a sector: `projection_of` says why
         return symmetrize.Invariance(symmetrize.kernel_of(sector, hilbert), "the sector's kernel", "")
-    return symmetrize.Invariance(symmetrize.lattice_of(hilbert).space_group_GxN, "the space group",
+    return symmetrize.Invariance(symmetrize.lattice_of(hilbert).group.rows("lattice"), "the space group",
                                  "group=translations for another irrep at k = 0, or model=vit")
 
 
@@ -84,7 +86,7 @@ class RBMSymm(nn.Module):
         """The group's permutations: image g of s is s[perm[g]] (row 0 the identity)."""
         if self.group == "sector":
             return np.asarray(self.sector.invariant, np.int32)
-        return self.hilbert.translations_TxN if self.group == "translations" else self.hilbert.space_group_GxN
+        return self.hilbert.group.rows(self.group)  # translations or lattice
 
     @nn.compact
     def unprojected(self, sigma_xN):

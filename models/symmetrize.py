@@ -11,40 +11,38 @@ import numpy as np
 
 from runner.errors import ConfigError
 from runner.physics import symmetry
+from runner.physics.space_group import SpaceGroup
 
 
 @dataclasses.dataclass(frozen=True)
 class Lattice:
-    """What the models read from the runner's `runner.physics.hilbert.Hilbert`, as hashable tuples.
+    """What the models read from the runner's `runner.physics.hilbert.Hilbert`, as hashable values.
 
     Attributes:
         n_sites: N.
         shape: unit cells per direction, (L,) or (Lx, Ly); site index (x Ly + y) n_basis + b.
         n_basis: sites per unit cell.
         pbc: periodic boundaries.
-        translations: T rows of N site indices, row t: site i -> its image (row 0 identity).
-        space_group: G rows of N site indices, the lattice's space group (point group and
-            translations, see `runner.physics.hilbert.Hilbert.space_group`): row 0 the identity, rows
-            0..T-1 the translations; () when the lattice does not give one (the identity alone).
+        group: the space group the Hilbert space carries (`runner.physics.space_group.SpaceGroup`,
+            a hashable value); the identity alone when it carries none.
     """
 
     n_sites: int
     shape: tuple
     n_basis: int
     pbc: bool
-    translations: tuple
-    space_group: tuple = ()
+    group: SpaceGroup
 
     @property
     def translations_TxN(self) -> np.ndarray:
-        return np.asarray(self.translations, np.int32).reshape(-1, self.n_sites)
+        """[T, N] the translations (row 0 the identity), `group.rows("translations")`."""
+        return self.group.rows("translations")
 
     @property
     def space_group_GxN(self) -> np.ndarray:
-        """[G, N] the space group's rows (the identity alone when the lattice gives none)."""
-        if not self.space_group:
-            return np.arange(self.n_sites, dtype=np.int32)[None]
-        return np.asarray(self.space_group, np.int32).reshape(-1, self.n_sites)
+        """[G, N] the space group's distinct rows, `group.rows("lattice")` (row 0 the identity,
+        rows 0..T-1 the translations)."""
+        return self.group.rows("lattice")
 
 
 def lattice_of(hilbert) -> Lattice:
@@ -57,11 +55,8 @@ def lattice_of(hilbert) -> Lattice:
     cells = math.prod(shape)
     if hilbert.n_sites % cells:
         raise ConfigError("hilbert", f"has {hilbert.n_sites} sites, not a whole number per cell of {shape}")
-    translations = tuple(tuple(int(i) for i in row) for row in np.asarray(hilbert.translations))
-    group = getattr(hilbert, "space_group", None)
-    space_group = () if group is None else tuple(tuple(int(i) for i in row) for row in np.asarray(group))
-    return Lattice(int(hilbert.n_sites), shape, hilbert.n_sites // cells, bool(hilbert.pbc), translations,
-                   space_group)
+    return Lattice(int(hilbert.n_sites), shape, hilbert.n_sites // cells, bool(hilbert.pbc),
+                   symmetry.space_group(hilbert))
 
 
 class Invariance(NamedTuple):
@@ -116,10 +111,9 @@ class Projection:
 
 def translations_by(hilbert, step: int) -> np.ndarray:
     """[T', N] the lattice's translations by a multiple of `step` cells in every direction."""
-    rows = np.asarray(hilbert.translations, np.int32)
-    n_basis = hilbert.n_sites // math.prod(hilbert.shape)
-    offsets = np.stack(np.unravel_index(rows[:, 0] // n_basis, tuple(hilbert.shape)), axis=-1)
-    return rows[np.all(offsets % step == 0, axis=-1)]
+    group = symmetry.space_group(hilbert)
+    translation = group.op_E == 0
+    return group.perm_ExN[translation & np.all(group.shift_ExD % step == 0, axis=-1)]
 
 
 def _class_labels(rows_ExN, invariant_HxN) -> list:

@@ -8,8 +8,9 @@ import dataclasses
 import numpy as np
 
 from runner.physics.hilbert import Hilbert, states_to_codes
+from runner.physics.space_group import SUBGROUPS
 
-FULL_SUM_SYMMETRIES = ("none", "translations", "lattice")
+FULL_SUM_SYMMETRIES = SUBGROUPS  # sampler.symmetry names a group of the lattice's space group
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -53,12 +54,11 @@ class FullSumSampler:
 
 
 def symmetry_group(hilbert: Hilbert, symmetry: str) -> np.ndarray:
-    """int32 [G, N] the site permutations of `symmetry` (none: the identity)."""
-    if symmetry == "translations":
-        return np.asarray(hilbert.translations, np.int32)
-    if symmetry == "lattice" and hilbert.space_group is not None:
-        return np.asarray(hilbert.space_group, np.int32)
-    return np.arange(hilbert.n_sites, dtype=np.int32)[None]
+    """int32 [G, N] the site permutations of `symmetry` (`SUBGROUPS`; none: the identity), read
+    from the space group `hilbert` carries."""
+    if hilbert.space_group is None:
+        return np.arange(hilbert.n_sites, dtype=np.int32)[None]
+    return hilbert.space_group.rows(symmetry)
 
 
 def orbits(states_DxN: np.ndarray, group_GxN: np.ndarray):

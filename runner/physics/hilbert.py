@@ -7,6 +7,8 @@ import numpy as np
 
 from runner.errors import ConfigError, require_bool, require_int
 from runner.physics import lattice
+from runner.physics import space_group as groups
+from runner.physics.space_group import SpaceGroup
 
 
 class Hilbert(NamedTuple):
@@ -28,10 +30,11 @@ class Hilbert(NamedTuple):
             (b the reciprocal vectors, b_i . a_j = 2 pi delta_ij), also for open boundaries.
         next_bonds_issue: why `next_bonds` cannot carry a coupling on this (too small
             periodic) lattice, or None.
-        space_group: int32 [G, N], row g maps site i to its image under space-group element g:
-            the point group (chain: the reflection; square: C4v; triangular, honeycomb, kagome:
-            C6v) composed with every translation, as far as the finite lattice keeps them; row 0
-            the identity, rows 0..T-1 the translations (see `lattice.space_group`). None: the identity.
+        space_group: the lattice's `space_group.SpaceGroup`, found once from the geometry when the
+            space is built (chain: the reflection; square: C4v; triangular, honeycomb, kagome: C6v,
+            about the point group's centre, each composed with every translation, as far as the
+            finite lattice keeps them); the identity alone for a graph or copies. Every consumer
+            reads it (`rows(name)` for none, translations, lattice).
         copies: the sites are this many copies of one space side by side (N / copies sites each,
             `physics.replicas`), `total_sz` fixed in each copy; 1 for an ordinary space.
     """
@@ -47,7 +50,7 @@ class Hilbert(NamedTuple):
     translations: np.ndarray
     momenta: np.ndarray
     next_bonds_issue: str | None = None
-    space_group: np.ndarray | None = None
+    space_group: SpaceGroup | None = None
     copies: int = 1
 
     @property
@@ -83,7 +86,9 @@ def _check_total_sz(n_sites, total_sz):
 def _on_lattice(kind, extents, pbc, total_sz, size_keys) -> Hilbert:
     """Spins on the sites of `lattice.build(kind, extents, pbc, size_keys)`."""
     sites = lattice.build(kind, extents, pbc, size_keys)
-    return Hilbert(total_sz=_check_total_sz(sites.n_sites, total_sz), shape=tuple(extents), pbc=pbc, **sites._asdict())
+    group = groups.of_lattice(kind, sites.positions, sites.translations, tuple(extents), pbc)
+    return Hilbert(total_sz=_check_total_sz(sites.n_sites, total_sz), shape=tuple(extents), pbc=pbc,
+                   space_group=group, **sites._asdict())
 
 
 def chain(L: int, pbc: bool = True, total_sz: float | None = None) -> Hilbert:
@@ -217,7 +222,7 @@ def graph(
         translations=np.arange(n_sites, dtype=np.int32)[None, :],
         momenta=np.zeros((1, coords.shape[1])),
         next_bonds_issue=f"the pair {min(shared)} is in both edges and next_edges" if shared else None,
-        space_group=np.arange(n_sites, dtype=np.int32)[None, :],
+        space_group=groups.identity(n_sites, coords.shape[1]),
     )
 
 

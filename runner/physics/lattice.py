@@ -1,5 +1,6 @@
-"""Lattice geometry: primitive vectors and bases, distance shells, translations, momenta and the
-space group as site permutations. `hilbert` puts spins on the sites it builds."""
+"""Lattice geometry: primitive vectors and bases, distance shells, translations and momenta.
+`space_group` finds the space group from this geometry; `hilbert` puts spins on the sites built
+here and carries that group."""
 
 import itertools
 import math
@@ -22,8 +23,9 @@ GEOMETRY = {
 ROTATION_ORDER = {"chain": 2, "square": 4, "triangular": 6, "honeycomb": 6, "kagome": 6}
 
 
-class Lattice(NamedTuple):
-    """A finite lattice's sites and symmetries (the fields of `hilbert.Hilbert` of the same names)."""
+class Sites(NamedTuple):
+    """A finite lattice's sites, shells and translations (the fields of `hilbert.Hilbert` of the
+    same names)."""
 
     n_sites: int
     bonds: np.ndarray
@@ -33,7 +35,6 @@ class Lattice(NamedTuple):
     translations: np.ndarray
     momenta: np.ndarray
     next_bonds_issue: str | None
-    space_group: np.ndarray
 
 
 def unique_bonds(pairs):
@@ -113,52 +114,6 @@ def site_of(points_MxD, vectors, basis, extents, pbc, tol=1e-6):
     return found
 
 
-def keeps_pairs(perm_N, pairs):
-    """Whether the site permutation maps the set of pairs [B, 2] onto itself."""
-    moved = np.sort(perm_N[pairs], axis=-1)
-    return {tuple(p) for p in moved.tolist()} == {tuple(p) for p in np.sort(pairs, axis=-1).tolist()}
-
-
-def space_group(kind, positions, translations, *, extents, pbc, bonds, next_bonds):
-    """The lattice's space group as site permutations [G, N], found from the geometry.
-
-    Each point operation g (a rotation or mirror of `point_operations`) is tried as the maps
-    x -> g x + t: with pbc it must map the torus' periods onto periods (on an Lx != Ly square
-    the rotations by 90 degrees do not, leaving C2v); t runs over the differences that send site
-    0 onto a site, and the first t under which every site lands on a site (wrapped onto the
-    torus, matched within a tolerance) and that maps bonds onto bonds and next_bonds onto
-    next_bonds gives one element; composed with every translation it gives the rest of its
-    coset (open boundaries: no translations, only the operations that fix the cluster). Rows
-    that coincide as permutations (small tori) are kept once.
-
-    Returns:
-        int32 [G, N]: row 0 the identity, rows 0..T-1 `translations` in their order.
-    """
-    vectors, basis = GEOMETRY[kind]
-    periods = np.asarray(extents)[:, None] * vectors
-    rows, seen = [], set()
-    for g in point_operations(kind):
-        if pbc:
-            # g maps the torus onto itself only if it maps each period to an integer sum of periods.
-            coeffs = (periods @ g.T) @ np.linalg.inv(periods)
-            if not np.allclose(coeffs, np.round(coeffs), atol=1e-9):
-                continue
-        moved_NxD = positions @ g.T
-        for target in positions:
-            perm = site_of(moved_NxD + (target - moved_NxD[0]), vectors, basis, extents, pbc)
-            if (np.all(perm >= 0) and len(set(perm.tolist())) == len(perm)
-                    and keeps_pairs(perm, bonds) and keeps_pairs(perm, next_bonds)):
-                break
-        else:
-            continue
-        for shift in translations:
-            row = tuple(shift[perm].tolist())  # g first, then the translation
-            if row not in seen:
-                seen.add(row)
-                rows.append(row)
-    return np.asarray(rows, np.int32)
-
-
 def _cell_index(cell, b, extents, n_basis):
     """The site index of basis site b in unit cell `cell`: (x * Ly + y) * n_basis + b."""
     flat = 0
@@ -203,8 +158,8 @@ def _shells(kind, cells, extents, pbc, size_keys):
     return shells, issue
 
 
-def build(kind, extents, pbc, size_keys) -> Lattice:
-    """Sites, shells, translations, momenta and space group of `kind` on `extents` unit cells.
+def build(kind, extents, pbc, size_keys) -> Sites:
+    """Sites, shells, translations and momenta of `kind` on `extents` unit cells.
 
     Periodic images: a pair joined through several images within one shell is one bond.
     A site that is its own nearest neighbour through the boundary is refused; a site that
@@ -225,7 +180,7 @@ def build(kind, extents, pbc, size_keys) -> Lattice:
     reciprocal = 2 * np.pi * np.linalg.inv(vectors).T
     momenta = np.array([(np.asarray(m) / np.asarray(extents)) @ reciprocal for m in cells]).reshape(-1, d)
     bonds, next_bonds = unique_bonds(shells[0]), unique_bonds(shells[1])
-    return Lattice(
+    return Sites(
         n_sites=len(positions),
         bonds=bonds,
         next_bonds=next_bonds,
@@ -234,6 +189,4 @@ def build(kind, extents, pbc, size_keys) -> Lattice:
         translations=translations,
         momenta=momenta,
         next_bonds_issue=issue,
-        space_group=space_group(kind, positions, translations, extents=extents, pbc=pbc, bonds=bonds,
-                                next_bonds=next_bonds),
     )

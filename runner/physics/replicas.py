@@ -4,7 +4,7 @@ natural excited states train one K-state determinant (`models.determinant`)."""
 import numpy as np
 
 from runner.errors import ConfigError
-from runner.physics import pauli
+from runner.physics import pauli, space_group
 from runner.physics.hilbert import Hilbert
 
 
@@ -44,6 +44,6 @@ def hilbert(space: Hilbert, n_copies: int) -> Hilbert:
         translations=identity,
         momenta=np.zeros((1, space.positions.shape[1])),
         next_bonds_issue=space.next_bonds_issue,
-        space_group=identity,
+        space_group=space_group.identity(n * n_copies, space.positions.shape[1]),
         copies=n_copies,
     )

@@ -1,5 +1,6 @@
-"""Symmetry sectors of a lattice: its space group as maps {R | t}, the little group of a momentum,
-the one-dimensional irreps of that little group, and the sectors they label.
+"""Symmetry sectors of a lattice: the little group of a momentum in the space group the Hilbert
+space carries (`runner.physics.space_group.SpaceGroup`), the one-dimensional irreps of that little
+group, and the sectors they label.
 
 Conventions. Element g = {R | t} maps a point x to R (x - c) + c + t: R a point operation about
 the centre c of the lattice's point group (chain, square, triangular: a site; honeycomb and
@@ -24,40 +25,17 @@ The two-dimensional irreps E of C3v, C4v, C6v are not sectors here.
 """
 
 import itertools
-import math
 from typing import NamedTuple
 
 import numpy as np
 
 from runner.errors import ConfigError
 
+from runner.physics import space_group as groups
 from runner.physics.hilbert import Hilbert, all_states, states_to_codes
-from runner.physics.lattice import GEOMETRY, point_operations, site_of
+from runner.physics.space_group import SpaceGroup
 
 SYMMETRY_ZERO_LOG = 20.0  # log |psi| this far below the largest: a zero of psi (a symmetry's), |psi|^2 ratio < 5e-18
-
-
-class SpaceGroup(NamedTuple):
-    """A lattice's space group as abstract elements g = {R | t}, R first, then t.
-
-    Attributes:
-        perm_ExN: int32 [E, N], site i -> perm[e, i]; every kept point operation with every
-            translation (E = P x T), so on a small torus two elements may share a row.
-        op_E: int [E], the element's point operation (an index into `ops`).
-        shift_ExD: int [E, d], the cell offset of its translation (t = shift @ vectors).
-        ops: float [P, d, d], the point operations the finite lattice keeps, identity first.
-        vectors: float [d, d], the primitive vectors (rows).
-        extents: the momentum grid: L_a per direction (1 without translations along a).
-        center: float [d], the point every operation fixes.
-    """
-
-    perm_ExN: np.ndarray
-    op_E: np.ndarray
-    shift_ExD: np.ndarray
-    ops: np.ndarray
-    vectors: np.ndarray
-    extents: tuple
-    center: np.ndarray
 
 
 class Sector(NamedTuple):
@@ -82,80 +60,12 @@ class Sector(NamedTuple):
         return f"k=({','.join(str(m) for m in self.momentum)}) {self.irrep}{flip}"
 
 
-def _geometry(hilbert: Hilbert):
-    """(kind, vectors, basis) of the lattice `hilbert` was built as, or None (a graph)."""
-    positions = np.asarray(hilbert.positions, float)
-    cells = list(itertools.product(*(range(e) for e in hilbert.shape)))
-    for kind, (vectors, basis) in GEOMETRY.items():
-        if vectors.shape[0] != positions.shape[1] or len(cells) * len(basis) != hilbert.n_sites:
-            continue
-        expected = np.array([np.asarray(cell) @ vectors + rb for cell in cells for rb in basis])
-        if np.allclose(expected, positions, atol=1e-9):
-            return kind, vectors, basis
-    return None
-
-
-def _on_lattice(point, vectors, basis) -> bool:
-    inverse = np.linalg.inv(vectors)
-    return any(np.max(np.abs((point - rb) @ inverse - np.round((point - rb) @ inverse))) < 1e-9 for rb in basis)
-
-
-def _center(vectors, basis, ops):
-    """The first point (fractions k/6 of the cell) about which every op maps the infinite lattice
-    onto itself."""
-    for frac in itertools.product(np.arange(6) / 6, repeat=len(vectors)):
-        c = np.asarray(frac) @ vectors
-        if all(_on_lattice(R @ (rb - c) + c, vectors, basis) for R in ops for rb in basis):
-            return c
-    raise ValueError("the lattice's point group fixes no point")
-
-
-def _kept_operations(hilbert: Hilbert, vectors, basis, ops, center):
-    """[(op index, site permutation)] of the ops about `center` that map the finite lattice onto
-    itself (with pbc: those that also map the torus' periods onto periods)."""
-    positions = np.asarray(hilbert.positions, float)
-    periods = np.asarray(hilbert.shape)[:, None] * vectors
-    kept = []
-    for p, R in enumerate(ops):
-        if hilbert.pbc:
-            coeffs = (periods @ R.T) @ np.linalg.inv(periods)
-            if not np.allclose(coeffs, np.round(coeffs), atol=1e-9):
-                continue
-        perm = site_of((positions - center) @ R.T + center, vectors, basis, hilbert.shape, hilbert.pbc)
-        if np.all(perm >= 0) and len(set(perm.tolist())) == len(perm):
-            kept.append((p, perm))
-    return kept
-
-
 def space_group(hilbert: Hilbert) -> SpaceGroup:
-    """The space group of `hilbert` as elements {R | t}, checked against `hilbert.space_group`.
-
-    A graph (no lattice geometry) gets the identity alone. Element 0 is the identity.
-    """
-    n, d = hilbert.n_sites, np.asarray(hilbert.positions).shape[1]
-    geometry = _geometry(hilbert)
-    if geometry is None:
-        return SpaceGroup(np.arange(n, dtype=np.int32)[None], np.zeros(1, int), np.zeros((1, d), int),
-                          np.eye(d)[None], np.eye(d), (1,) * d, np.zeros(d))
-    kind, vectors, basis = geometry
-    all_ops = point_operations(kind)
-    center = _center(vectors, basis, all_ops) if hilbert.pbc else np.mean(hilbert.positions, axis=0)
-    kept = _kept_operations(hilbert, vectors, basis, all_ops, center)
-    translations = np.asarray(hilbert.translations)
-    shifts = [np.unravel_index(row[0] // len(basis), hilbert.shape) for row in translations]
-    perms, op_E, shift_E = [], [], []
-    for p, (_, perm_R) in enumerate(kept):
-        for row, shift in zip(translations, shifts):
-            perms.append(row[perm_R])
-            op_E.append(p)
-            shift_E.append(shift)
-    group = SpaceGroup(np.asarray(perms, np.int32), np.asarray(op_E), np.asarray(shift_E, int).reshape(-1, d),
-                       all_ops[[p for p, _ in kept]], vectors,
-                       tuple(hilbert.shape) if hilbert.pbc else (1,) * d, center)
-    given = np.arange(n)[None] if hilbert.space_group is None else np.asarray(hilbert.space_group)
-    if {tuple(r) for r in group.perm_ExN.tolist()} != {tuple(r) for r in given.tolist()}:
-        raise ValueError("the space group found from the geometry differs from hilbert.space_group")
-    return group
+    """The space group `hilbert` carries (found once when it was built, `hilbert.Hilbert.space_group`);
+    the identity alone where it carries none."""
+    if hilbert.space_group is not None:
+        return hilbert.space_group
+    return groups.identity(hilbert.n_sites, np.asarray(hilbert.positions).shape[1])
 
 
 def act_on_momentum(group: SpaceGroup, op: int, momentum) -> tuple:
@@ -185,29 +95,6 @@ def little_cogroup(group: SpaceGroup, momentum) -> list:
     return [p for p in range(len(group.ops)) if act_on_momentum(group, p, momentum) == momentum]
 
 
-def _classify(ops):
-    """(rotation order n, [(is_mirror, j)] per op): a rotation is C_n^j; a mirror's axis lies
-    j pi / n from the reference mirror's (the smallest axis angle in [0, pi) with the x axis)."""
-    dets = [np.linalg.det(R) for R in ops]
-    n = sum(1 for s in dets if s > 0)
-
-    def angle(R):
-        return math.atan2(R[1, 0], R[0, 0]) if len(R) == 2 else 0.0
-
-    def axis(R):  # in [0, pi), an axis a hair below pi read as 0
-        a = (angle(R) / 2) % math.pi
-        return 0.0 if a > math.pi - 1e-9 else a
-
-    ref = min((axis(R) for R, s in zip(ops, dets) if s < 0), default=0.0)
-    out = []
-    for R, s in zip(ops, dets):
-        if s > 0:
-            out.append((False, round(angle(R) / (2 * math.pi / n)) % n))
-        else:
-            out.append((True, round((axis(R) - ref) / (math.pi / n)) % n))
-    return n, out
-
-
 def irreps(ops) -> tuple:
     """(group name, {irrep name: characters [len(ops)]}) of the one-dimensional irreps of the
     point group `ops` [P, d, d] (identity included), named as in the module docstring.
@@ -215,7 +102,7 @@ def irreps(ops) -> tuple:
     Raises ValueError for a rotation group C_n with n > 2 and no mirror (its 1-D irreps are
     complex; no lattice here has one as a little co-group).
     """
-    n, kinds = _classify(np.asarray(ops))
+    n, kinds = groups.classify(np.asarray(ops))
     mirrors = any(m for m, _ in kinds)
     if not mirrors and n > 2:
         raise ValueError(f"the point group C{n} without mirrors is not supported")

@@ -1,6 +1,8 @@
 """Sectors against symmetry operators built here from the configurations: characters, projections,
 symmetry-adapted bases and the trace formula for their dimensions, on every lattice type."""
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -136,15 +138,47 @@ def test_characters_are_orthogonal_homomorphisms(name):
                     np.testing.assert_allclose(chi[pos[gh]], chi[pos[g]] * chi[pos[h]], atol=1e-12)
 
 
-def test_space_group_matches_hilbert_and_centres_on_hexagons():
+def test_space_group_is_the_one_hilbert_carries_and_centres_on_hexagons():
     for make in LATTICES.values():
         hilbert = make()
         group = symmetry.space_group(hilbert)
-        assert {tuple(r) for r in group.perm_ExN.tolist()} == {tuple(r) for r in hilbert.space_group.tolist()}
+        assert group is hilbert.space_group and group == make().space_group and hash(group) == hash(make().space_group)
+        lattice_rows = group.rows("lattice")
+        assert {tuple(r) for r in group.perm_ExN.tolist()} == {tuple(r) for r in lattice_rows.tolist()}
+        assert len({tuple(r) for r in lattice_rows.tolist()}) == len(lattice_rows)
+        np.testing.assert_array_equal(group.rows("translations"), hilbert.translations)
+        np.testing.assert_array_equal(lattice_rows[:len(hilbert.translations)], hilbert.translations)
         assert group.perm_ExN.shape[0] == len(group.ops) * len(hilbert.translations)
+        assert len(set(group.names)) == len(group.perm_ExN) and group.names[0].startswith("{E | (0")
     np.testing.assert_allclose(symmetry.space_group(hb.kagome(2)).center, [0.75, np.sqrt(3) / 4])
     np.testing.assert_allclose(symmetry.space_group(hb.honeycomb(2)).center, [1.0, 1 / np.sqrt(3)])
     np.testing.assert_allclose(symmetry.space_group(hb.triangular(3)).center, [0.0, 0.0])
+
+
+# sha256[:16] of the int32 rows: (rows("lattice"), perm_ExN) in the orders of the two derivations this
+# group replaced (lattice.space_group and symmetry.space_group at 6dc7890): a GCNN's or a symmetric
+# RBM's parameters index the elements in these orders.
+PINNED_ORDERS = {
+    "chain6": (lambda: hb.chain(6), "99575cc727ffd965", "99575cc727ffd965"),
+    "square4x2": (lambda: hb.square(Lx=4, Ly=2), "25fb9d94ac29269c", "1af3686c98043e69"),
+    "square3": (lambda: hb.square(3), "a07f54382d3a5029", "a07f54382d3a5029"),
+    "triangular3": (lambda: hb.triangular(3), "7985a47e10cee66b", "7985a47e10cee66b"),
+    "honeycomb2": (lambda: hb.honeycomb(2), "a866bc5112d010f3", "bb209acf65a6db5d"),
+    "kagome2": (lambda: hb.kagome(2), "3604263dc55a4c54", "d946f6cc8f842459"),
+    "kagome1x3": (lambda: hb.kagome(Lx=1, Ly=3), "8bd444185d520ba6", "162a876f246ff15e"),
+    "square3x2_open": (lambda: hb.square(Lx=3, Ly=2, pbc=False), "b0617bb2ec0b9858", "b0617bb2ec0b9858"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_ORDERS))
+def test_element_orders_are_the_ones_models_index(name):
+    make, rows, elements = PINNED_ORDERS[name]
+    group = make().space_group
+
+    def digest(a):
+        return hashlib.sha256(np.ascontiguousarray(a, np.int32).tobytes()).hexdigest()[:16]
+
+    assert (digest(group.rows("lattice")), digest(group.perm_ExN)) == (rows, elements)
 
 
 def test_little_groups_and_irrep_names():
