@@ -31,7 +31,8 @@ def ours(args, run_dir: Path, env) -> dict:
     """vmc-runner's run of the quench in `run_dir`; its seconds per unit time from trajectory.jsonl."""
     subprocess.run([sys.executable, "-m", "runner", "task=dynamics", f"hilbert.L={args.L}", f"hamiltonian.h={H}",
                     "model=rbm_symm", "model.alpha=2", "dtype=complex128", f"sampler.n_samples={args.n_samples}",
-                    "task.integrator=rk4", f"task.dt={DT}", f"task.save_every={SAVE_EVERY}", f"task.rcond={RCOND}",
+                    "task/integrator=rk4", f"task.integrator.dt={DT}", f"task.save_every={SAVE_EVERY}",
+                    f"task.equation.rcond={RCOND}",
                     f"task.t_end={args.t_end}", "exact=false", "observables=none", "logger=[jsonl]",
                     f"hydra.run.dir={run_dir}"], cwd=REPO, env=env, check=True, capture_output=True)
     records = [json.loads(line) for line in (run_dir / "trajectory.jsonl").read_text().splitlines()]

@@ -195,7 +195,7 @@ def test_report_of_a_real_sweep_of_quenches(tmp_path):
     """Two quenches of a Jastrow chain from |+x> (full sum, to t = 0.2): the report reads their
     trajectories and exact curves and plots them side by side."""
     run_cli(["-m", "task=dynamics", "hilbert.L=6", "model=jastrow", "dtype=complex128", "sampler=full_sum",
-             "observables=spin", "task.t_end=0.2", "task.dt=0.02", "hamiltonian.h=0.5,1.0",
+             "observables=spin", "task.t_end=0.2", "task.integrator.dt=0.02", "hamiltonian.h=0.5,1.0",
              f"hydra.sweep.dir={tmp_path}"], REPO, check=True)
     rows = report.report(tmp_path)
     assert [r["overrides"]["hamiltonian.h"] for r in rows] == ["0.5", "1.0"]

@@ -162,7 +162,7 @@ def read_settings(config: dict) -> Settings:
         require_number("memory_budget", budget, positive=True)
     final_rounds = require_int("final_rounds", config.get("final_rounds"), minimum=1)
     peak_search = require_int("peak_search", config.get("peak_search"), minimum=0)
-    the_task = task.read(config.get("task"))
+    the_task = task.read(config.get("task"), instantiate)
     if (isinstance(the_task, task.Dynamics) and the_task.initial_state == "init_from"
             and config.get("init_from") is None):
         raise ConfigError("task.initial_state", "is init_from, which needs init_from=RUN_DIR (a run whose state to evolve)")

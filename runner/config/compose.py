@@ -93,15 +93,29 @@ def _hydra():
         raise ConfigError("overrides", f"cannot be composed ({' '.join(str(err).split())})") from None
 
 
+def _groups(loader, parent: str = "") -> set:
+    """The config groups of conf/, nested ones by their path (`task/integrator`), without Hydra's."""
+    out = set()
+    for name in loader.list_groups(parent):
+        path = f"{parent}/{name}" if parent else name
+        if path != "hydra":
+            out |= {path, *_groups(loader, path)}
+    return out
+
+
 def _split(loader, overrides) -> _Split:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = set(loader.list_groups("")) - {"hydra"}
+    groups = _groups(loader)
     split = _Split([], [], [], [])
     for override in OverridesParser.create(config_loader=loader).parse_overrides(overrides):
         name, sweep = override.key_or_group, override.is_sweep_override()
         if name == "hydra" or override.is_hydra_override():
             continue
+        if "." in name and name.replace(".", "/") in groups and override.type.name == "CHANGE":
+            raise ConfigError(name, f"is a config group nested in {name.partition('.')[0]}: choose its option "
+                                    f"with {name.replace('.', '/')}=OPTION, one of: "
+                                    f"{', '.join(loader.get_group_options(name.replace('.', '/')))}")
         if name in groups:
             split.groups.append(override)
             if not sweep:
@@ -154,7 +168,8 @@ def _base(loader, lines, heads=None):
     from omegaconf import OmegaConf, open_dict
 
     cfg = hydra_compose(CONFIG_NAME, overrides=lines, return_hydra_config=True)
-    choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items() if "/" not in k}
+    choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()
+               if "/" not in k or k.partition("/")[0] in cfg}  # a nested group's (task/integrator), not Hydra's
     with open_dict(cfg):
         del cfg["hydra"]
     listed = set(loader.list_groups("")) - {"hydra"} - set(choices)
@@ -185,18 +200,27 @@ def check_key(key: str, cfg, choices: dict):
         raise ConfigError(head, f"is not a config group or top-level key; {_nearest(head, set(choices) | top)}")
     if not rest or head not in choices:
         return
-    sub, option = rest.partition(".")[0], choices[head]
-    option = f"[{','.join(option)}]" if isinstance(option, list) else option
+    sub, chosen = rest.partition(".")[0], choices[head]
+    option = f"{head}=" + (f"[{','.join(chosen)}]" if isinstance(chosen, list) else str(chosen))
     node = cfg[head] if head in top else None
     if not isinstance(node, DictConfig):
-        raise ConfigError(f"{head}.{sub}", f"is not a key; no {head} option is chosen." if option is None else
-                          f"is not a key of {head}={option}, which sets other groups' and top-level keys.")
-    names = set(node.keys())
-    if sub not in names:
-        names -= {"_target_"}
-        instead = fingerprint.RETIRED_BY.get(f"{head}.{sub}")  # an old key: what replaced it
-        hint = instead or (_nearest(sub, names) if names else "it has no keys.")
-        raise ConfigError(f"{head}.{sub}", f"is not a key of {head}={option}; {hint}")
+        raise ConfigError(f"{head}.{sub}", f"is not a key; no {head} option is chosen." if chosen is None else
+                          f"is not a key of {option}, which sets other groups' and top-level keys.")
+    path = head
+    for sub in rest.split("."):  # down a nested node (task.integrator.dt), named by its own option
+        names = set(node.keys())
+        if sub not in names:
+            names -= {"_target_"}
+            instead = fingerprint.RETIRED_BY.get(f"{path}.{sub}")  # an old key: what replaced it
+            renamed = fingerprint.RENAMED.get(f"{path}.{sub}")
+            hint = instead or (f"it is {renamed} now." if renamed else "") or (
+                _nearest(sub, names) if names else "it has no keys.")
+            raise ConfigError(f"{path}.{sub}", f"is not a key of {option}; {hint}")
+        node, path = node[sub], f"{path}.{sub}"
+        if not isinstance(node, DictConfig):
+            return
+        nested = choices.get(path.replace(".", "/"))
+        option = f"{path.replace('.', '/')}={nested}" if nested else path
 
 
 def _nearest(name: str, names) -> str:

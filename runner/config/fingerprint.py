@@ -29,6 +29,54 @@ RETIRED_OWNERS = {**{key: ("RBMSymm", "CNN", "ViT") for key in _PROJECTION}, "mo
 # What replaced a retired key, said when a stored run holds it at another value.
 RETIRED_BY = {**{key: "model.sector replaces model.symmetries, parity and momentum" for key in _PROJECTION},
               "model.activation": "the CNN's nonlinearity is log_cosh"}
+# Groups whose node an older version spelled otherwise, with the function that writes a stored node the
+# way today's config does (and leaves today's as it is): a stored run resumes, loads and compares as if
+# written today.
+UPGRADES = {"task": task.upgraded}
+# Keys that have another name now (`group.key` -> today's `group.key`, or `group/sub` for a nested
+# group's choice), said when a command line uses the old one.
+RENAMED = {f"task.{old}": new if new.startswith("task/") else f"task.{new}" for old, new in task.FLAT_KEYS.items()}
+
+
+def upgraded(config: dict) -> dict:
+    """A stored run's config in today's spelling (`UPGRADES`)."""
+    return {k: UPGRADES[k](v) if k in UPGRADES else v for k, v in config.items()}
+
+
+def _upgraded_flat(flat: dict) -> dict:
+    """A flattened fingerprint in today's spelling: each `UPGRADES` group's keys nested again,
+    upgraded and flattened (in place of the group's first key)."""
+    out = {}
+    for group, upgrade in UPGRADES.items():
+        keys = [k for k in flat if k.startswith(group + ".")]
+        if not keys:
+            continue
+        node = {}
+        for key in keys:
+            *path, leaf = key.split(".")[1:]
+            parent = node
+            for name in path:
+                parent = parent.setdefault(name, {})
+            parent[leaf] = flat[key]
+        new = of({group: upgrade(node)}, exclude=())
+        out = {}
+        for key, value in flat.items():
+            if key == keys[0]:
+                out.update(new)
+            elif key not in keys:
+                out[key] = value
+        flat = out
+    return flat
+
+
+def without_retired_overrides(overrides, config: dict) -> list[str]:
+    """A stored run's command-line overrides as today's code reads them: `group.key=value` lines
+    of a key retired for that run's config (`RETIRED`, `RETIRED_OWNERS`; `config` as stored, before
+    `without_retired`) left out, the old spellings of `UPGRADES` groups in today's."""
+    flat = of(config, exclude=())
+    lines = [str(line) for line in overrides]
+    kept = [line for line in lines if not _retired(line.partition("=")[0].lstrip("+"), flat)]
+    return task.upgraded_overrides(kept)
 
 
 def _retired(key: str, flat: dict) -> bool:
@@ -102,8 +150,9 @@ def _without_module_paths(flat: dict) -> dict:
 
 
 def _comparable(flat: dict) -> dict:
-    """A flattened fingerprint as compared: no module paths, no retired key at its neutral value."""
-    flat = _without_module_paths(flat)
+    """A flattened fingerprint as compared: today's spelling (`UPGRADES`), no module paths, no
+    retired key at its neutral value."""
+    flat = _without_module_paths(_upgraded_flat(flat))
     return {k: v for k, v in flat.items() if not (_retired(k, flat) and _canonical(v) == RETIRED[k])}
 
 

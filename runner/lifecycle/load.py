@@ -45,21 +45,28 @@ def read_config(run_dir) -> dict:
     Raises:
         ConfigError: the directory holds no such record, or a key the runner no longer has at a
         value other than the one that behaved as today's code does (`fingerprint.without_retired`).
+        A config in an older spelling is read in today's (`fingerprint.upgraded`).
     """
     from omegaconf import OmegaConf
 
     path = Path(run_dir) / rundir.CONFIG
     if not path.is_file():
         raise ConfigError("run directory", f"{run_dir} holds no {rundir.CONFIG} (not a run directory)")
-    return fingerprint.without_retired(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    return fingerprint.without_retired(fingerprint.upgraded(OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
 
 
 def read_overrides(run_dir) -> list[str]:
-    """The command-line overrides a run was composed with (RUN_DIR/.hydra/overrides.yaml)."""
+    """The command-line overrides a run was composed with (RUN_DIR/.hydra/overrides.yaml), as
+    today's conf/ reads them (`fingerprint.without_retired_overrides`: a retired key's left out,
+    an old spelling in today's)."""
     import yaml
+    from omegaconf import OmegaConf
 
     path = Path(run_dir) / rundir.OVERRIDES
-    return [str(o) for o in (yaml.safe_load(path.read_text()) or [])] if path.is_file() else []
+    lines = [str(o) for o in (yaml.safe_load(path.read_text()) or [])] if path.is_file() else []
+    config = Path(run_dir) / rundir.CONFIG
+    stored = OmegaConf.to_container(OmegaConf.load(config), resolve=True) if config.is_file() else {}
+    return fingerprint.without_retired_overrides(lines, stored)
 
 
 def stored_fingerprint(run_dir) -> dict:

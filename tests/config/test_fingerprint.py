@@ -160,3 +160,32 @@ def test_a_removed_key_on_the_command_line_is_refused_in_one_sentence(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("Config error: model.activation is not a key of model=cnn; "), proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_task_of_the_flat_spelling_compares_as_todays():
+    """A dynamics run written when the integrator and the TDVP were flat task keys (integrator: rk4, dt,
+    atol, propagation, ...): its stored fingerprint compares equal to today's nested one (`UPGRADES`),
+    and a changed value still counts."""
+    old = {"task": {"name": "dynamics", "t_end": 0.04, "dt": 0.01, "integrator": "rk4", "atol": 1e-6, "rtol": 1e-6,
+                    "dt_min": 1e-6, "dt_max": 0.1, "save_every": 0.02, "measure_rounds": None, "propagation": "real",
+                    "diag_shift": 0.0, "rcond": 1e-8, "snr_cutoff": None, "initial_state": "plus_x"}, "seed": 0}
+    today = compose_config(["task=dynamics", "task.t_end=0.04", "task.save_every=0.02"])
+    current = fingerprint.of({"task": today["task"], "seed": 0})
+    stored = fingerprint.of(old)
+    assert "task.dt" in stored and "task.integrator.dt" in current
+    assert fingerprint.first_difference(stored, current) is None
+    assert fingerprint.same(fingerprint.record(stored), current)
+    assert fingerprint.digest(stored) == fingerprint.digest(current)
+    assert fingerprint.upgraded(old)["task"] == {**today["task"]}
+    assert fingerprint.first_difference({**stored, "task.dt": 0.02}, current)[0] == "task.integrator.dt"
+    assert fingerprint.first_difference({**stored, "task.propagation": "imaginary"}, current)[0] == "task.equation.real_time"
+    assert fingerprint.first_difference({**stored, "task.integrator": "rk45"}, current)[0] == "task.integrator._target_"
+
+
+def test_a_stored_runs_overrides_without_its_retired_keys():
+    """.hydra/overrides.yaml of a run from before a key was retired (model.activation of the CNN) or renamed."""
+    cnn = {"model": {"_target_": "models.CNN", "channels": 8, "activation": "log_cosh"}}
+    lines = ["model=cnn", "model.activation=log_cosh", "task.dt=0.02", "seed=1"]
+    assert fingerprint.without_retired_overrides(lines, cnn) == ["model=cnn", "task.integrator.dt=0.02", "seed=1"]
+    custom = {"model": {"_target_": "my_pkg.Model", "activation": "tanh"}}
+    assert fingerprint.without_retired_overrides(["model.activation=tanh"], custom) == ["model.activation=tanh"]

@@ -4,8 +4,8 @@ each bad value is a ConfigError naming its key (the plus_x check of a model: tes
 import pytest
 
 from runner.config import fingerprint
-from runner.config.build import build
-from runner.config.task import Excited, GroundState, read
+from runner.config.build import build, instantiate
+from runner.config.task import Excited, GroundState, read, upgraded, upgraded_overrides
 from runner.core import integrators
 from runner.errors import ConfigError
 from tests.helpers.cli import run_cli
@@ -25,31 +25,33 @@ def test_ground_state_is_the_default_and_leaves_the_fingerprint_unchanged():
 
 @pytest.mark.parametrize("integrator", ["euler", "heun", "rk4", "rk23", "rk45"])
 def test_dynamics_composes_and_builds(integrator):
-    task = build(compose_config(["task=dynamics", f"task.integrator={integrator}"])).settings.task
+    task = build(compose_config(["task=dynamics", f"task/integrator={integrator}"])).settings.task
     assert task.integrator.tableau is getattr(integrators, integrator.upper())
     assert (task.integrator.controller is not None) == (integrator in ("rk23", "rk45"))
     assert task.real_time and task.initial_state == "plus_x"
 
 
 def test_save_times_are_multiples_of_save_every_and_end_at_t_end():
-    task = read({**compose_config(["task=dynamics"])["task"], "t_end": 0.35, "save_every": 0.1})
+    task = read({**compose_config(["task=dynamics"])["task"], "t_end": 0.35, "save_every": 0.1}, instantiate)
     assert task.save_times() == [0.0, 0.1, 0.2, 0.1 * 3, 0.35]
-    assert read({**compose_config(["task=dynamics"])["task"], "t_end": 0.0}).save_times() == [0.0]
+    assert read({**compose_config(["task=dynamics"])["task"], "t_end": 0.0}, instantiate).save_times() == [0.0]
 
 
 @pytest.mark.parametrize("override,key", [
-    ("task.dt=0", "task.dt"),
-    ("task.dt=-0.1", "task.dt"),
+    ("task.integrator.dt=0", "task.integrator.dt"),
+    ("task.integrator.dt=-0.1", "task.integrator.dt"),
     ("task.t_end=-1", "task.t_end"),
-    ("task.integrator=leapfrog", "task.integrator"),
-    ("task.propagation=complex", "task.propagation"),
+    ("task.equation.real_time=sometimes", "task.equation.real_time"),
     ("task.save_every=0", "task.save_every"),
     ("task.initial_state=neel", "task.initial_state"),
     ("task.initial_state=init_from", "task.initial_state"),
-    ("task.rcond=2", "task.rcond"),
-    ("task.snr_cutoff=-1", "task.snr_cutoff"),
+    ("task.equation.rcond=2", "task.equation.rcond"),
+    ("task.equation.diag_shift=-1", "task.equation.diag_shift"),
+    ("task.equation.snr_cutoff=-1", "task.equation.snr_cutoff"),
     ("task.measure_rounds=0", "task.measure_rounds"),
     ("+task.typo=1", "task.typo"),
+    ("+task.integrator.typo=1", "task.integrator.typo"),
+    ("+task.equation.typo=1", "task.equation.typo"),
 ])
 def test_bad_values_name_their_key(override, key):
     with pytest.raises(ConfigError) as err:
@@ -58,8 +60,56 @@ def test_bad_values_name_their_key(override, key):
 
 
 def test_adaptive_bounds_are_checked():
-    with pytest.raises(ConfigError, match="task.dt_min"):
-        build(compose_config(["task=dynamics", "task.integrator=rk45", "task.dt_min=1", "task.dt_max=0.5"]))
+    with pytest.raises(ConfigError, match="task.integrator.dt_min"):
+        build(compose_config(["task=dynamics", "task/integrator=rk45", "task.integrator.dt_min=1",
+                                    "task.integrator.dt_max=0.5"]))
+
+
+@pytest.mark.parametrize("override,key,match", [
+    ("task.integrator=rk45", "task.integrator", "choose its option with task/integrator=OPTION"),
+    ("task/integrator=leapfrog", "task/integrator=leapfrog", "is not an option"),
+    ("task.dt=0.1", "task.dt", "it is task.integrator.dt now"),
+    ("task.propagation=imaginary", "task.propagation", "it is task.equation.real_time now"),
+    ("task.integrator.atol=1", "task.integrator.atol", "not a key of task/integrator=rk4; valid names: dt"),
+])
+def test_the_command_line_is_checked_against_the_nodes(override, key, match):
+    from runner.config.compose import compose
+
+    with pytest.raises(ConfigError, match=match) as err:
+        compose(["task=dynamics", override])
+    assert err.value.key == key
+
+
+def test_a_key_the_constructor_lacks_is_refused_with_its_removal():
+    with pytest.raises(ConfigError, match=r"is not a key of task.integrator; its keys are: dt .*~task.integrator.atol"):
+        build(compose_config(["task=dynamics", "+task.integrator.atol=1"]))
+
+
+OLD_NODE = {"name": "dynamics", "t_end": 0.2, "dt": 0.02, "integrator": "rk23", "atol": 1e-4, "rtol": 1e-5,
+            "dt_min": 1e-6, "dt_max": 0.1, "save_every": 0.1, "measure_rounds": None, "propagation": "imaginary",
+            "diag_shift": 0.1, "rcond": 1e-6, "snr_cutoff": 2.0, "initial_state": "plus_x"}
+OLD_OVERRIDES = ["task=dynamics", "task.t_end=0.2", "task.save_every=0.1", "task.integrator=rk23", "task.dt=0.02",
+                 "task.atol=1e-4", "task.rtol=1e-5", "task.propagation=imaginary", "task.diag_shift=0.1",
+                 "task.rcond=1e-6", "task.snr_cutoff=2.0"]
+
+
+def test_a_node_of_the_flat_spelling_builds_the_same_task():
+    """A run directory written when task=dynamics had flat keys (integrator: rk23, dt, propagation, ...)."""
+    today = compose_config(upgraded_overrides(OLD_OVERRIDES))["task"]
+    assert upgraded(OLD_NODE) == today
+    assert upgraded(today) == today
+    assert read(upgraded(OLD_NODE), instantiate) == read(today, instantiate)
+    fixed = upgraded({**OLD_NODE, "integrator": "rk4", "propagation": "real"})
+    assert fixed["integrator"] == {"_target_": "runner.core.integrators.rk4", "dt": 0.02}  # rk4 never read atol
+    assert fixed["equation"]["real_time"] is True
+
+
+def test_old_overrides_read_in_todays_spelling():
+    assert upgraded_overrides(OLD_OVERRIDES) == [
+        "task=dynamics", "task.t_end=0.2", "task.save_every=0.1", "task/integrator=rk23", "task.integrator.dt=0.02",
+        "task.integrator.atol=1e-4", "task.integrator.rtol=1e-5", "task.equation.real_time=false",
+        "task.equation.diag_shift=0.1", "task.equation.rcond=1e-6", "task.equation.snr_cutoff=2.0"]
+    assert upgraded_overrides(["task.dt=0.02", "task.atol=1e-4"]) == ["task.integrator.dt=0.02"]  # rk4: no atol
 
 
 @pytest.mark.slow

@@ -53,7 +53,8 @@ QUENCH = ["task=dynamics", f"hilbert.L={QUENCH_N}", f"hamiltonian.h={QUENCH_H}",
           "task.save_every=0.1", *QUENCH_OBSERVABLES]
 # The same quench sampled, by an adaptive integrator.
 QUENCH_SAMPLED = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=64", "sampler.n_chains=8",
-                  "task.integrator=rk23", "task.dt=0.02", "task.atol=1e-4", "task.rtol=1e-4", "exact=false"]
+                  "task/integrator=rk23", "task.integrator.dt=0.02", "task.integrator.atol=1e-4",
+                  "task.integrator.rtol=1e-4", "exact=false"]
 
 
 def trajectory(run_dir):

@@ -61,7 +61,7 @@ def test_quench_follows_exact_dynamics(tmp_path):
     """TFIM chain from plus_x (every Jastrow coupling zero) quenched to h = 0.5, full sum, rk4:
     M_x, the Y Z correlator and the energy follow exp(-i H t) to t = 0.5 (M_x falls from 1 to
     0.34; the correlator reaches -2.7), and the run's own exact trajectory agrees."""
-    summary = run([*QUENCH, "sampler=full_sum", "task.t_end=0.5", "task.integrator=rk4", "task.dt=0.01"], tmp_path)
+    summary = run([*QUENCH, "sampler=full_sum", "task.t_end=0.5", "task/integrator=rk4", "task.integrator.dt=0.01"], tmp_path)
     records = trajectory(tmp_path)
     t = np.array([r["t"] for r in records])
     np.testing.assert_allclose(t, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5], atol=1e-12)
@@ -172,7 +172,7 @@ def test_a_stop_between_saved_times_checkpoints_there_and_resumes_bit_for_bit(tm
     signal between them. Stopped after the first record at t = 0.1 (its look), then two calls of one
     step each, the run checkpoints the state it reached, between t = 0.1 and 0.2, exits 3, and
     resumed it gives the trajectory and final checkpoint of one run in calls of 16 steps bit for bit."""
-    overrides = [*SAMPLED, "task.t_end=0.3", "task.dt_max=0.02"]  # five steps or more between saved times
+    overrides = [*SAMPLED, "task.t_end=0.3", "task.integrator.dt_max=0.02"]  # five steps or more between saved times
     run(overrides, tmp_path / "whole")
     monkeypatch.setattr(dyn, "STEPS_PER_CALL", 1)
     experiment = build(compose_config(overrides))
@@ -199,7 +199,7 @@ def test_load_and_evaluate_read_the_state_at_the_last_saved_time(tmp_path):
     assert load.experiment_of(started_from_a_run).settings.init_from is None  # its own checkpoint holds the state
     run_dir = tmp_path / "quench"
     overrides = [*QUENCH, "sampler=metropolis_local", "sampler.n_samples=512", "sampler.n_chains=8",
-                 "task.integrator=rk4", "task.dt=0.02", "task.t_end=0.2", "exact=false"]
+                 "task/integrator=rk4", "task.integrator.dt=0.02", "task.t_end=0.2", "exact=false"]
     run_cli([*overrides, f"hydra.run.dir={run_dir}"], REPO, check=True)
     last = trajectory(run_dir)[-1]
     trained = api.load(run_dir)

@@ -11,7 +11,7 @@ from runner.outputs import summary as summary_fields
 
 L = 4
 QUENCH = ["task=dynamics", f"hilbert.L={L}", "model=jastrow", "dtype=complex128", "sampler=full_sum",
-          "task.t_end=0.02", "task.dt=0.01", "task.save_every=0.01"]
+          "task.t_end=0.02", "task.integrator.dt=0.01", "task.save_every=0.01"]
 
 
 @pytest.mark.parametrize("hamiltonian", ["ising", "heisenberg"])

@@ -89,7 +89,7 @@ def test_dynamics_run_in_a_sector_with_spin_observables(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli(["task=dynamics", "hilbert=chain", "hilbert.L=6", "hilbert.total_sz=0", "hamiltonian=heisenberg",
                     "sampler=metropolis_exchange", "sampler.n_chains=16", "sampler.n_samples=256",
-                    "observables=spin", "dtype=complex128", "model=jastrow", "task.t_end=0.04", "task.dt=0.02",
+                    "observables=spin", "dtype=complex128", "model=jastrow", "task.t_end=0.04", "task.integrator.dt=0.02",
                     "task.save_every=0.02", f"hydra.run.dir={run_dir}"], REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trajectory = json.loads((run_dir / "exact_trajectory.json").read_text())
