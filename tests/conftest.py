@@ -5,11 +5,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cache import cache_dir  # imports no jax
+
 # A compilation cache for the runners the tests start (they inherit the environment): the many runs of
-# the same few configs compile each program once. The size limit turns on JAX's file lock (no process
-# reads a half-written entry) but scans the cache on every write, so the test processes themselves,
-# whose programs are mostly each compiled once, keep the cache off (below).
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
+# the same few configs compile each program once. One directory per CPU model, CPU flags and jax/jaxlib
+# version (tests.helpers.cache), so no process loads programs built for another machine. The size
+# limit turns on JAX's file lock (no process reads a half-written entry) but scans the cache on every
+# write, so the test processes themselves, whose programs are mostly each compiled once, keep the
+# cache off (below).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_dir(Path(__file__).resolve().parent.parent / ".pytest_cache")))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.03")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
 

@@ -1,11 +1,11 @@
-"""VMC reaches the exact ground energy on small chains and square lattices."""
+"""VMC reaches the exact ground energy on small chains and square lattices, with every lattice model."""
 
 import pytest
 
 from runner import app
 from runner.config.build import build
 from runner.parallel import mesh
-from tests.helpers.config import compose_config
+from tests.helpers.config import LATTICE_CONFIGS, compose_config
 
 CASES = {
     "tfim_chain": ["hilbert.L=8", "hamiltonian.h=1.0", "n_iter=150", "optimizer.learning_rate=0.05"],
@@ -38,6 +38,19 @@ def test_vmc_reaches_exact_energy(name, tmp_path):
     assert summary["relative_error"] < TOLERANCE.get(name, 2e-3), summary
     # The estimate is statistically consistent with the exact energy (variational, within 5 sigma).
     assert summary["energy"] > summary["exact_energy"] - 5 * summary["energy_error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
+def test_a_short_run_of_each_lattice_model_reaches_the_exact_energy(name, dtype, tmp_path):
+    config = compose_config([
+        "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=exact", "sampler.n_samples=512",
+        "sampler.n_chains=16", f"dtype={dtype}", "n_iter=40", "optimizer.learning_rate=0.02", "exact=true",
+        "final_rounds=1", "peak_search=0", *LATTICE_CONFIGS[name]])  # the peak search comes after the estimate
+    summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
+    assert summary["status"] == "completed"
+    assert summary["relative_error"] < 0.02, summary
 
 
 @pytest.mark.slow

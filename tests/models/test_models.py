@@ -21,6 +21,8 @@ from models.common import (
 )
 from models.fast_paths import log_abs_method
 from runner.errors import ConfigError
+from tests.helpers.config import LATTICE_CONFIGS
+from tests.helpers.pairwise import pairwise
 
 try:
     import mpmath  # optional: the arctan2 reference where NumPy's long double is float64
@@ -462,28 +464,9 @@ def test_bad_lattice_model_values(make, key):
     assert info.value.key == key
 
 
-# --- the lattice models in the VMC core: short runs against exact energies, layouts -------------
+# --- the lattice models in the VMC core: one step on every layout (their short runs to the exact
+# energy: tests/integration/test_convergence.py) -----------------------------------------------
 
-LATTICE_CONFIGS = {"rbm_symm": ["model=rbm_symm"], "cnn": ["model=cnn", "model.channels=4"],
-                   "vit": ["model=vit"]}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float64", "complex128"])
-@pytest.mark.parametrize("name", sorted(LATTICE_CONFIGS))
-def test_short_vmc_run_reaches_exact_energy(name, dtype, tmp_path):
-    from runner import app
-    from runner.config.build import build
-    from runner.parallel import mesh
-    from tests.helpers.config import compose_config
-
-    config = compose_config([
-        "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=exact", "sampler.n_samples=512",
-        "sampler.n_chains=16", f"dtype={dtype}", "n_iter=40", "optimizer.learning_rate=0.02", "exact=true",
-        "final_rounds=1", "peak_search=0", *LATTICE_CONFIGS[name]])  # the peak search comes after the estimate
-    summary = app.execute(build(config), mesh.make_mesh("single"), tmp_path)
-    assert summary["status"] == "completed"
-    assert summary["relative_error"] < 0.02, summary
 
 
 @pytest.mark.slow
@@ -531,12 +514,15 @@ def test_a_constant_channel_carries_the_bias(shape, kernel_size, pbc, dtype):
     np.testing.assert_allclose(got, conv(h, kernel) + bias, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("shape,kernel_size,pbc", [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True),
-                                                   ((2, 4), 5, True), ((4, 3), 2, False)])
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128, jnp.complex64])
-@pytest.mark.parametrize("form", ["xla", "windows", "dense"])
+GRIDS = [((6,), 3, True), ((5,), 4, False), ((3, 3), 3, True), ((2, 4), 5, True), ((4, 3), 2, False)]
+
+
+# Each formulation's code depends on the grid (padding, wrapping) and on the dtype (complex64's stacked
+# real parts), not on both at once: every (grid, form), (dtype, form) and (grid, dtype) pair, 15 cases.
+@pytest.mark.parametrize("grid,dtype,form", pairwise(GRIDS, [jnp.float64, jnp.complex128, jnp.complex64],
+                                                     ["xla", "windows", "dense"]))
 @pytest.mark.slow
-def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, dtype, form):
+def test_grid_conv_is_the_sum_over_the_neighbour_table(grid, dtype, form):
     """Each of the convolution's formulations (XLA's convolution of the padded grid, the stacked
     windows' product, the whole layer's matrix) equals the explicit sum over every cell's kernel
     window (`neighbour_table`, zeros outside open boundaries, wrapped more than once where the
@@ -548,6 +534,7 @@ def test_grid_conv_is_the_sum_over_the_neighbour_table(shape, kernel_size, pbc, 
 
     from models.cnn import grid_conv, neighbour_table
 
+    shape, kernel_size, pbc = grid
     rng = np.random.default_rng(0)
     c_in, c_out, n_window = 2, 3, kernel_size ** len(shape)
     h = rng.normal(size=(4, *shape, c_in))
