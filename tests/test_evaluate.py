@@ -157,3 +157,22 @@ def test_an_overridden_n_samples_is_the_total_split_over_the_rounds():
         split_total({**config, "final_rounds": 3}, ["sampler.n_samples=4096"])
     assert err.value.sentence() == ("sampler.n_samples is the total an evaluation draws in final_rounds=3 rounds "
                                     "and must be a multiple of it (got 4096).")
+
+
+def test_stored_overrides_of_a_retired_key_are_skipped(tmp_path):
+    """A run from before model.activation of the CNN was retired (fingerprint.RETIRED) recorded it in
+    .hydra/overrides.yaml: the evaluation's composition leaves it out (and the stored config's)."""
+    import yaml
+
+    from runner.evaluate import compose_config
+    from tests.helpers.config import compose_config as composed
+
+    overrides = ["model=cnn", "model.activation=log_cosh", "hilbert.L=4"]
+    config = composed([o for o in overrides if "activation" not in o])
+    config["model"]["activation"] = "log_cosh"
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (tmp_path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    evaluated_config = compose_config(tmp_path, ["sampler.n_samples=512"])
+    assert "activation" not in evaluated_config["model"] and evaluated_config["sampler"]["n_samples"] == 512
+    assert evaluated_config["hilbert"]["L"] == 4

@@ -55,15 +55,16 @@ def machine() -> dict:
     return {"cpu": flags, "jax": jax.__version__, "numpy": numpy.__version__, "python": platform.python_version()}
 
 
-def run(code_dir: Path, overrides: list, run_dir: Path) -> tuple[list, dict]:
-    """Runs `python -m runner` from `code_dir`'s code into `run_dir`; returns (metrics, summary), stable."""
+def run(code_dir: Path, overrides: list, run_dir: Path, records: str = "metrics.jsonl") -> tuple[list, dict]:
+    """Runs `python -m runner` from `code_dir`'s code into `run_dir`; returns (its `records`, a time
+    evolution's trajectory.jsonl, and summary), stable."""
     env = {**os.environ, "PYTHONPATH": str(code_dir), "HYDRA_FULL_ERROR": "1"}
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run([sys.executable, "-m", "runner", *overrides, f"hydra.run.dir={run_dir}"],
                           cwd=code_dir, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"{overrides} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    metrics = [stable(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = [stable(json.loads(line)) for line in (run_dir / records).read_text().splitlines()]
     summary = stable(json.loads((run_dir / "summary.json").read_text()))
     return metrics, summary
 

@@ -1,4 +1,4 @@
-"""The golden runs and a run directory written at 6dc7890: today's code gives the same bits.
+"""The golden runs and the run directories written at 6dc7890 and bcc302d: today's code gives the same bits.
 
 Bits are compared on the machine the golden files were recorded on (tests/integration/golden/
 machine.json). Elsewhere the reference is made on this machine by running the code of that commit
@@ -21,6 +21,12 @@ from tests.helpers import golden
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = golden.HERE / "run_6dc7890"
 RESUME = ["n_iter=20", "checkpoint_every=5", "hilbert.L=8", "observables=spin"]  # its overrides, longer
+# A time evolution written at bcc302d, when the integrator and the TDVP were flat task keys (task.dt,
+# task.integrator: rk4, task.propagation, ...), to t = 0.04; its overrides in today's spelling, to t = 0.08.
+DYNAMICS = golden.HERE / "run_bcc302d_dynamics"
+DYNAMICS_RESUME = ["task=dynamics", "hilbert.L=6", "hamiltonian.h=0.5", "model=jastrow", "dtype=complex128",
+                   "sampler.n_samples=128", "observables=spin", "task.t_end=0.08", "task.integrator.dt=0.01",
+                   "task.save_every=0.02"]
 
 pytestmark = pytest.mark.slow
 
@@ -85,3 +91,15 @@ def test_run_directory_of_6dc7890_resumes_bit_for_bit(scratch):
         expected_metrics, expected_summary = _resume(_old_code(scratch), scratch / "resumed_reference")
     assert metrics == expected_metrics
     _same_summary(summary, expected_summary)
+
+
+def test_dynamics_run_directory_of_flat_task_keys_resumes_as_a_fresh_run(scratch):
+    """Its checkpoint at t = 0.04 resumes (the stored fingerprint read in today's spelling:
+    fingerprint.UPGRADES) and continues to t = 0.08 with the trajectory and summary of a fresh run."""
+    shutil.copytree(DYNAMICS / "run", scratch / "dynamics_resumed")
+    stored = [golden.stable(json.loads(line)) for line in (DYNAMICS / "run" / "trajectory.jsonl").read_text().splitlines()]
+    resumed, summary = golden.run(ROOT, DYNAMICS_RESUME, scratch / "dynamics_resumed", "trajectory.jsonl")
+    fresh, fresh_summary = golden.run(ROOT, DYNAMICS_RESUME, scratch / "dynamics_fresh", "trajectory.jsonl")
+    assert [r["t"] for r in resumed] == [0.0, 0.02, 0.04, 0.06, 0.08] and resumed[:3] == stored
+    assert resumed == fresh
+    assert summary == fresh_summary and summary["status"] == "completed"

@@ -13,6 +13,8 @@ from runner.errors import ConfigError
 from runner.lifecycle import load
 
 OLD_RUN = Path(__file__).resolve().parents[1] / "integration" / "golden" / "run_6dc7890" / "run"
+# A time evolution written when the integrator and the TDVP were flat task keys (task.dt, task.integrator: rk4).
+OLD_DYNAMICS = OLD_RUN.parents[1] / "run_bcc302d_dynamics" / "run"
 
 
 def test_reads_config_overrides_and_fingerprint_of_an_old_run():
@@ -32,6 +34,19 @@ def test_loads_the_checkpoint_of_an_old_run_into_its_config():
     assert trained.meta["step"] == 10
     assert trained.experiment.hilbert.n_sites == 8
     assert type(trained.experiment.hamiltonian).__name__ == "PauliSum"
+    leaves = [np.asarray(x) for x in __import__("jax").tree_util.tree_leaves(trained.state.params)]
+    assert leaves and all(np.all(np.isfinite(x)) for x in leaves)
+
+
+def test_a_dynamics_run_of_the_flat_task_keys_reads_and_loads_in_todays_spelling():
+    config = load.read_config(OLD_DYNAMICS)
+    assert config["task"]["integrator"] == {"_target_": "runner.core.integrators.rk4", "dt": 0.01}
+    assert config["task"]["equation"]["real_time"] is True and "propagation" not in config["task"]
+    assert "task.integrator.dt=0.01" in load.read_overrides(OLD_DYNAMICS)
+    today = fingerprint.of(fingerprint.fingerprinted(config, None))
+    assert fingerprint.same(load.stored_fingerprint(OLD_DYNAMICS), today)
+    trained = load.load(OLD_DYNAMICS)
+    assert trained.meta["t"] == 0.04 and trained.experiment.settings.task.integrator.dt == 0.01
     leaves = [np.asarray(x) for x in __import__("jax").tree_util.tree_leaves(trained.state.params)]
     assert leaves and all(np.all(np.isfinite(x)) for x in leaves)
 
