@@ -44,7 +44,7 @@ class SpaceGroup:
 
     __slots__ = ("perm_ExN", "op_E", "shift_ExD", "ops", "vectors", "extents", "center", "lattice_order", "_key")
 
-    def __init__(self, perm_ExN, op_E, shift_ExD, ops, vectors, extents, center, lattice_order=None):
+    def __init__(self, perm_ExN, op_E, shift_ExD, *, ops, vectors, extents, center, lattice_order=None):
         arrays = {
             "perm_ExN": np.asarray(perm_ExN, np.int32), "op_E": np.asarray(op_E, int),
             "shift_ExD": np.asarray(shift_ExD, int), "ops": np.asarray(ops, float),
@@ -75,8 +75,9 @@ class SpaceGroup:
         return f"SpaceGroup({len(self.perm_ExN)} elements on {self.n_sites} sites, {len(self.ops)} point operations)"
 
     def __reduce__(self):
-        return SpaceGroup, (self.perm_ExN, self.op_E, self.shift_ExD, self.ops, self.vectors, self.extents,
-                            self.center, self.lattice_order)
+        return _rebuilt, (self.perm_ExN, self.op_E, self.shift_ExD, {
+            "ops": self.ops, "vectors": self.vectors, "extents": self.extents, "center": self.center,
+            "lattice_order": self.lattice_order})
 
     def __array__(self, dtype=None, copy=None):
         """The whole group's distinct rows, `rows("lattice")` (what `Hilbert.space_group` held as an array)."""
@@ -114,10 +115,16 @@ class SpaceGroup:
                      for p, s in zip(self.op_E, self.shift_ExD))
 
 
+def _rebuilt(perm_ExN, op_E, shift_ExD, rest: dict) -> SpaceGroup:
+    """A SpaceGroup from its fields (what `SpaceGroup.__reduce__` gives pickle and copy)."""
+    return SpaceGroup(perm_ExN, op_E, shift_ExD, **rest)
+
+
 def identity(n_sites: int, d: int) -> SpaceGroup:
     """The group of the identity alone (a graph, or copies of a space)."""
     return SpaceGroup(np.arange(n_sites, dtype=np.int32)[None], np.zeros(1, int), np.zeros((1, d), int),
-                      np.eye(d)[None], np.eye(d), (1,) * d, np.zeros(d), np.zeros(1, int))
+                      ops=np.eye(d)[None], vectors=np.eye(d), extents=(1,) * d, center=np.zeros(d),
+                      lattice_order=np.zeros(1, int))
 
 
 def _lattice_order(perm_ExN, op_E) -> list:
@@ -154,13 +161,14 @@ def _center(vectors, basis, ops):
     raise ValueError("the lattice's point group fixes no point")
 
 
-def _kept_operations(positions, extents, pbc, vectors, basis, ops, center):
+def _kept_operations(positions, extents, pbc, kind, center):
     """[(op index, site permutation)] of the ops about `center` that map the finite lattice onto
     itself (with pbc: those that also map the torus' periods onto periods; on an Lx != Ly square
     the rotations by 90 degrees do not, leaving C2v)."""
+    vectors, basis = GEOMETRY[kind]
     periods = np.asarray(extents)[:, None] * vectors
     kept = []
-    for p, R in enumerate(ops):
+    for p, R in enumerate(point_operations(kind)):
         if pbc:
             coeffs = (periods @ R.T) @ np.linalg.inv(periods)
             if not np.allclose(coeffs, np.round(coeffs), atol=1e-9):
@@ -180,7 +188,7 @@ def of_lattice(kind: str, positions, translations, extents, pbc: bool) -> SpaceG
     positions, translations, d = np.asarray(positions, float), np.asarray(translations), vectors.shape[0]
     all_ops = point_operations(kind)
     center = _center(vectors, basis, all_ops) if pbc else np.mean(positions, axis=0)
-    kept = _kept_operations(positions, tuple(extents), pbc, vectors, basis, all_ops, center)
+    kept = _kept_operations(positions, tuple(extents), pbc, kind, center)
     shifts = [np.unravel_index(row[0] // len(basis), tuple(extents)) for row in translations]
     perms, op_E, shift_E = [], [], []
     for p, (_, perm_R) in enumerate(kept):
@@ -189,7 +197,8 @@ def of_lattice(kind: str, positions, translations, extents, pbc: bool) -> SpaceG
             op_E.append(p)
             shift_E.append(shift)
     return SpaceGroup(np.asarray(perms, np.int32), np.asarray(op_E), np.asarray(shift_E, int).reshape(-1, d),
-                      all_ops[[p for p, _ in kept]], vectors, tuple(extents) if pbc else (1,) * d, center)
+                      ops=all_ops[[p for p, _ in kept]], vectors=vectors, extents=tuple(extents) if pbc else (1,) * d,
+                      center=center)
 
 
 def classify(ops):
