@@ -237,9 +237,8 @@ def check_symmetric(hamiltonian: PauliSum, group: SpaceGroup, flip: bool) -> Non
     """ValueError unless H commutes with every element of `group` (and the flip when `flip`)."""
     e = not_invariant_under(hamiltonian, group.perm_ExN)
     if e is not None:
-        raise ValueError(f"the Hamiltonian does not commute with space-group element {e} (point operation "
-                         f"{group.op_E[e]}, shift {tuple(int(x) for x in group.shift_ExD[e])}): sectors need an H with the "
-                         f"lattice's symmetry")
+        raise ValueError(f"the Hamiltonian does not commute with space-group element {e} {group.names[e]}: sectors "
+                         f"need an H with the lattice's symmetry")
     if flip and not commutes_with_flip(hamiltonian):
         raise ValueError("the Hamiltonian does not commute with the spin flip: use parity=False")
 
