@@ -239,21 +239,16 @@ def main(argv=None):
     from runner.parallel.runtime import configure_runtime
 
     configure_runtime()
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
-    from runner.cli import CONF_DIR, refuse_bad_overrides
     from runner.config.build import DTYPES
+    from runner.config.compose import compose
+    from runner.errors import ConfigError
 
-    refuse_bad_overrides(argv)
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(argv)), resolve=True)
-    except (HydraException, OmegaConfBaseException) as err:
-        # Hydra's message spans lines (a caret under the bad character, a hint): keep its words.
-        _usage_error(" ".join(str(err).split()).rstrip(".") + "; see python -m runner.doctor --help")
+    try:  # the one composition of the CLI, runner.run and runner.evaluate, overrides checked
+        cfg = OmegaConf.to_container(compose(argv), resolve=True)
+    except ConfigError as err:
+        _usage_error(err.sentence().rstrip(".") + "; see python -m runner.doctor --help")
     x64 = DTYPES.get(cfg["dtype"]["name"], (None, True))[1]
     problems = diagnose(cfg["parallel"], x64)
     _finish(problems)
