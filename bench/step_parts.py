@@ -40,13 +40,13 @@ def mean_ms(fn, *args, repeat):
 
 def parts(experiment, repeat: int) -> dict:
     """{part: (ms, its output)} for the draw, local energies, energy and update, and the whole step."""
-    from runner import app
+    from runner.lifecycle import ground_state
     from runner.core import local_energy, vmc
     from runner.core.problem import draw
 
     problem = experiment.problem
     layout = mesh.make_mesh(experiment.parallel["backend"])
-    state, _ = app._place_state(problem, experiment.settings, layout)
+    state, _ = ground_state.place_state(problem, experiment.settings, layout)
     out = {"draw": mean_ms(jax.jit(lambda params, chains: draw(problem, params, chains)),
                            state.params, state.chains, repeat=repeat)}
     _, sigma, weights, _ = out["draw"][1]

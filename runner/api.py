@@ -12,7 +12,7 @@ from runner.errors import ConfigError
 from runner.lifecycle.excited import state_of
 from runner.lifecycle.load import Trained, experiment_of, read_config
 from runner.lifecycle.load import load as load_trained
-from runner.lifecycle.loop import prints_to_terminal
+from runner.lifecycle.ground_state import prints_to_terminal
 from runner.lifecycle.rundir import METRICS, SUMMARY
 
 

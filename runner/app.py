@@ -1,27 +1,20 @@
 """One VMC run from a composed config: the only module besides the entry point that sees Hydra."""
 
 import contextlib
-import functools
 import json
 import logging
 import sys
 import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.build import Experiment, build
-from runner.config.task import Dynamics, Excited
-from runner.core.full_sum import FullSumSampler
-from runner.core.vmc import full_sum_invariance_error, init_state
 from runner.errors import ConfigError, RunEnded, RunFailed, RunStopped
-from runner.lifecycle import dynamics, excited, finish, hparams_search, loop, rundir, sector_check, warm_start
+from runner.lifecycle import dynamics, hparams_search, loop, rundir, tasks, warm_start
 from runner.lifecycle.preemption import StopRequest
 from runner.outputs import loggers
 from runner.outputs.header import log_header
-from runner.outputs.summary import Outcome, Timings, report, summarise
 from runner.parallel import distributed, mesh
 
 log = logging.getLogger(__name__)
@@ -132,7 +125,7 @@ def _config_error(err: ConfigError, run_dir: Path, multirun: bool, new_dirs, *, 
     failure = {"status": "failed", "reason": f"config error: {err.sentence()}",
                "error": f"ConfigError: {err.sentence()}"}
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / rundir.SUMMARY).write_text(json.dumps(failure, indent=2) + "\n")
+    rundir.write_summary(run_dir, failure)
     return failure
 
 
@@ -149,7 +142,7 @@ def _write_failure(run_dir: Path, err: Exception):
     failure = json.loads(path.read_text()) if path.exists() else {}
     error = f"{type(err).__name__}: {err}".splitlines()[0][:500]
     failure.update(status="failed", error=error, reason=error)
-    path.write_text(json.dumps(failure, indent=2) + "\n")
+    rundir.write_summary(run_dir, failure)
 
 
 def _sweep_dir() -> Path | None:
@@ -170,40 +163,6 @@ def _sweep_job():
     from hydra.core.hydra_config import HydraConfig
 
     return _sweep_dir(), int(HydraConfig.get().job.num)
-
-
-def _check_full_sum(problem, seed):
-    """Refuses (ConfigError) a full sum over orbits that does not fit the model (checked on the
-    seed's initial parameters and another draw, on this process's default device)."""
-    if not isinstance(problem.sampler, FullSumSampler) or problem.sampler.symmetry == "none":
-        return
-    sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
-    draws = [problem.model.init(jax.random.PRNGKey(k), sigma_N)["params"] for k in (seed, seed + 1)]
-    error = full_sum_invariance_error(problem, draws)
-    if error is not None:
-        raise ConfigError("sampler.symmetry", error)
-
-
-def _place_state(problem, settings, layout):
-    """Initial state, created directly with its shardings (chains split, rest replicated)."""
-    sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
-    init = functools.partial(init_state, problem, settings.seed, sigma_N)
-    shardings = mesh.shard_state(jax.eval_shape(init), layout)
-    return jax.jit(init, out_shardings=shardings)(), shardings
-
-
-def _start(experiment: Experiment, layout: mesh.Layout, run_dir: Path, resuming: bool):
-    """(state, shardings, n_params, first step): a fresh state (warm-started with `init_from`), or
-    the checkpoint's when resuming (`loop.restore` refuses one that does not fit this config)."""
-    state, shardings = _place_state(experiment.problem, experiment.settings, layout)
-    if not resuming:  # a warm start (init_from) replaces the initial parameters (and chains)
-        state = warm_start.warm_start(experiment, state, shardings)
-    n_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
-    if not resuming:
-        return state, shardings, n_params, 0
-    state, meta = loop.restore(run_dir, state, shardings)
-    log.info("resumed from checkpoint at step %d", int(meta["step"]))
-    return state, shardings, n_params, int(meta["step"])
 
 
 def _open_run_dir(run_dir: Path, settings) -> tuple[dict | None, bool]:
@@ -232,53 +191,21 @@ def _open_run_dir(run_dir: Path, settings) -> tuple[dict | None, bool]:
 
 def execute(experiment: Experiment, layout: mesh.Layout, run_dir: Path,
             stop: StopRequest | None = None, tracking: loggers.Tracking | None = None) -> dict:
-    """The run: skip, or init or resume; train; estimate; summarise. Returns the summary of a
-    completed run; raises RunFailed for a failed one, RunStopped for a stopped one (`ended`).
+    """The run: skip, or init or resume; run the task (`runner.lifecycle.loop.run`). Returns the
+    summary of a completed run; raises RunFailed for a failed one, RunStopped for a stopped one
+    (`ended`).
 
     `stop` is the caller's installed StopRequest (signals received during the set-up count);
-    without one, handlers are installed from compilation on. `tracking`: the trackers (TensorBoard,
-    MLflow) that also get the params, every step's metrics, the summary and the plots.
+    without one, handlers are installed here. `tracking`: the trackers (TensorBoard, MLflow) that
+    also get the params, every unit's record, the summary and the plots.
     """
     settings, wall_start = experiment.settings, time.perf_counter()
     done, resuming = _open_run_dir(run_dir, settings)
     if done is not None:
         return done
-    if isinstance(settings.task, Dynamics):  # a time evolution
-        return ended(dynamics.execute(experiment, layout, run_dir, resuming, stop, tracking=tracking,
-                                      started=wall_start))
-    if isinstance(settings.task, Excited):  # the lowest states
-        return ended(excited.execute(experiment, layout, run_dir, _start(experiment, layout, run_dir, resuming), stop,
-                                     tracking=tracking, started=wall_start))
-
-    exact = finish.exact_ground(experiment, _sweep_dir())  # energy (and observables) of the exact ground state
-    exact_energy = exact.energy
-    _check_full_sum(experiment.problem, settings.seed)
-    state, shardings, n_params, start = _start(experiment, layout, run_dir, resuming)
-    found = sector_check.exact_spectrum(experiment)  # before the first step; every process alike
-    sector_check.check_start(experiment, state, found, exact_energy)
-    metrics_log = loop.MetricsLog(run_dir / rundir.METRICS, start, started=wall_start)
-    if tracking is not None:
-        metrics_log.tracking = tracking.open(start)
-
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
-        training = loop.train(experiment, layout, state, shardings, start, run_dir=run_dir,
-                              metrics_log=metrics_log, stop=stop)
-        final, observed, peak_check = finish.conclude(experiment, layout, training, shardings, run_dir, exact)
-        found = found if training.status == "completed" else None
-        sector = sector_check.relative_error(sector_check.fields(experiment, training.state, found, exact_energy),
-                                             final.get("energy"))
-        timings = Timings.of(training.step_times, training.compile_seconds, time.perf_counter() - wall_start)
-        outcome = Outcome(status=training.status, reason=training.reason, final=final, exact_energy=exact_energy,
-                          n_params=n_params, timings=timings, peak_check=peak_check,
-                          observed=observed[0] if observed else None, sector=sector)
-        result = summarise(experiment, layout, outcome, metrics_log.records)
-        finish.write(run_dir, result, metrics_log.records, exact_energy, observed[1] if observed else None,
-                     tracking)
-        sector_check.write(run_dir, found)
-        report(result)
-        if training.status in ("preempted", "interrupted"):
-            stop.hand_over()  # under submitit: requeues the job (and exits)
-    return ended(result)
+        return ended(loop.run(tasks.of(settings.task), experiment, layout, run_dir, resuming, stop=stop,
+                              tracking=tracking, started=wall_start, sweep_dir=_sweep_dir()))
 
 
 def ended(result: dict) -> dict:

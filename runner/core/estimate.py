@@ -119,6 +119,24 @@ def reduce_rounds(rounds: Rounds, params, chains, sigma_RxCxTxN, acceptance_R):
     return rounds.pool(kept, values_R, acceptance_R)
 
 
+def draw_rounds(problem, params, chains, rounds: int):
+    """`runner.core.problem.draw`'s (chains, sigma [C, R T, N], w, acceptance) of `rounds` consecutive draws, each
+    chain's rounds joined into one longer chain (so error bars see their correlation); one draw
+    for rounds 1 or a full sum (more would repeat it). Unlike `Rounds`, which estimate from samples of
+    |psi|^2 round by round, these are the training draw's samples (with its weights), pooled before use
+    (the TDVP's measurement at a saved time, `runner.lifecycle.dynamics.measure`)."""
+    if rounds == 1 or sums_exactly(problem):
+        return draw(problem, params, chains)
+
+    def one(chains, _):
+        chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, params, chains)
+        return chains, (sigma_CxTxN, w_CxT, acceptance)
+
+    chains, (sigma_RxCxTxN, w_RxCxT, acceptance_R) = jax.lax.scan(one, chains, length=rounds)
+    join = lambda x: jnp.moveaxis(x, 0, 1).reshape(x.shape[1], -1, *x.shape[3:])  # noqa: E731
+    return chains, join(sigma_RxCxTxN), None if w_RxCxT is None else join(w_RxCxT), jnp.mean(acceptance_R)
+
+
 def estimate(problem: Problem, state: VMCState, n_rounds: int = 1):
     """Energy statistics at the current parameters from fresh samples (no update).
 

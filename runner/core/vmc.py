@@ -104,7 +104,7 @@ def update_step(problem: Problem, state: VMCState, drawn, observe=None):
     """`vmc_step` from the step's samples `drawn`, what `runner.core.problem.draw` gives at
     `state`: (chains, sigma_CxTxN, w_CxT, acceptance). Jitted apart from `draw`, the step's
     sampling is a program of its own, which a final estimate can run again
-    (`runner.lifecycle.loop.CompiledStep`)."""
+    (`runner.lifecycle.ground_state.CompiledStep`)."""
     chains, sigma_CxTxN, w_CxT, acceptance = drawn
     stats, grads, solver, info = energy_and_update(problem, state.params, sigma_CxTxN, state.solver, state.step,
                                                    w_CxT)

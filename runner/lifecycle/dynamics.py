@@ -2,7 +2,6 @@
 run's Hamiltonian, measured at every saved time (trajectory.jsonl), checkpointed there, compared
 with the exact dynamics where the space allows, and summarised."""
 
-import contextlib
 import functools
 import json
 import logging
@@ -18,7 +17,7 @@ from runner.config import fingerprint
 from runner.config.task import Dynamics
 from runner.core import integrators, observe
 from runner.core.full_sum import FullSumSampler
-from runner.core.problem import draw, sums_exactly
+from runner.core.estimate import draw_rounds
 from runner.core.sampler import init_chains, random_state
 from runner.core.tdvp import DynamicsState, parameter_derivative, start, time_derivative
 from runner.diagnostics import health
@@ -28,7 +27,7 @@ from runner.lifecycle.dynamics_exact import exact_trajectory, max_abs_errors
 from runner.lifecycle.preemption import StopRequest
 from runner.outputs import trajectory_plot
 from runner.outputs.summary import energy_unit, finite, layout_fields, log_warnings, per_site
-from runner.parallel import distributed, mesh
+from runner.parallel import mesh
 from runner.physics.observables import ERROR_PREFIX, PREFIX
 
 log = logging.getLogger(__name__)
@@ -90,22 +89,6 @@ def check(experiment):
                                                 "configurations; use initial_state=init_from")
 
 
-def draw_rounds(problem, params, chains, rounds: int):
-    """`draw`'s (chains, sigma [C, R T, N], w, acceptance) of `rounds` consecutive draws, each
-    chain's rounds joined into one longer chain (so error bars see their correlation); one draw
-    for rounds 1 or a full sum (more would repeat it)."""
-    if rounds == 1 or sums_exactly(problem):
-        return draw(problem, params, chains)
-
-    def one(chains, _):
-        chains, sigma_CxTxN, w_CxT, acceptance = draw(problem, params, chains)
-        return chains, (sigma_CxTxN, w_CxT, acceptance)
-
-    chains, (sigma_RxCxTxN, w_RxCxT, acceptance_R) = jax.lax.scan(one, chains, length=rounds)
-    join = lambda x: jnp.moveaxis(x, 0, 1).reshape(x.shape[1], -1, *x.shape[3:])  # noqa: E731
-    return chains, join(sigma_RxCxTxN), None if w_RxCxT is None else join(w_RxCxT), jnp.mean(acceptance_R)
-
-
 def measure(problem, equation, obs, params, chains, rounds: int = 1):
     """(chains, metrics) at the current parameters: energy, its error, the TDVP residual and the
     observables from `rounds` draws of samples (`draw_rounds`; a full sum's: exact), the chains
@@ -132,6 +115,14 @@ class Compiled(NamedTuple):
     advance: Any  # (DynamicsState, t_end) -> DynamicsState after at most STEPS_PER_CALL steps towards t_end
     measure: Any  # DynamicsState -> (DynamicsState with advanced chains, metrics)
     shardings: Any  # of a DynamicsState
+    seconds: float  # compiling them took
+
+
+def _begin_fn(experiment):
+    """(params, chains) -> the DynamicsState at t = 0 (the integrator's start)."""
+    task = experiment.settings.task
+    f = time_derivative(experiment.problem, task.equation)
+    return lambda params, chains: start(task.integrator, f, params, chains)
 
 
 def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Compiled:
@@ -139,9 +130,7 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Comp
     problem, task = experiment.problem, experiment.settings.task
     f = time_derivative(problem, task.equation)
     integrator = task.integrator
-
-    def begin(params, chains):
-        return start(integrator, f, params, chains)
+    begin = _begin_fn(experiment)
 
     def advance(state, t_end):
         return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end,
@@ -152,6 +141,7 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Comp
                                   task.measure_rounds)
         return state._replace(integrator=state.integrator._replace(carry=chains)), metrics
 
+    t = time.perf_counter()
     with mesh.activate(layout):
         shape = jax.eval_shape(begin, *initial)
         shardings = mesh.shard_state(shape, layout, chain_paths=("carry",))
@@ -161,7 +151,7 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Comp
             .lower(shape, t_end).compile()
         measure_c = jax.jit(measured, in_shardings=(shardings,), out_shardings=(shardings, layout.replicated)) \
             .lower(shape).compile()
-    return Compiled(begin_c, advance_c, measure_c, shardings)
+    return Compiled(begin_c, advance_c, measure_c, shardings, time.perf_counter() - t)
 
 
 def _initial(experiment, layout) -> tuple[Initial, Initial]:
@@ -178,40 +168,89 @@ def _initial(experiment, layout) -> tuple[Initial, Initial]:
     return warm_start.warm_start(experiment, initial, shardings), shardings
 
 
-def _save(run_dir: Path, state, settings, index: int):
-    """Checkpoints the state at saved time `index` (`loop.save_checkpoint`, with t in its meta)."""
-    loop.save_checkpoint(run_dir, state, settings, index, t=float(mesh.to_host(state.integrator.t)))
+class Context(NamedTuple):
+    """What a time evolution keeps from its init for its compile and finish."""
+
+    initial: Initial  # the initial parameters and chains (at t = 0)
+    initial_shardings: Initial
+    times: list  # the saved times
+    exact: dict | None  # `exact_trajectory`'s result
 
 
-def _restore(run_dir: Path, like, shardings):
-    """(state, saved index) of run_dir's checkpoint (`loop.restore`: ConfigError when it does not fit)."""
-    state, meta = loop.restore(run_dir, mesh.to_host(like), shardings)
-    return state, int(meta["step"])
+def save(run_dir: Path, state, settings, done: int) -> int:
+    """`loop.Begun.save`: the checkpoint of the state after `done` saved times (its meta's step is the
+    index of the last, `done - 1`; t in its meta), labelled by that index."""
+    loop.save_checkpoint(run_dir, state, settings, done - 1, t=float(mesh.to_host(state.integrator.t)))
+    return done - 1
 
 
-class Trajectory:
-    """trajectory.jsonl, one JSON object per saved time; cut back to a checkpoint on resume."""
+def init(experiment, layout, run_dir: Path, resuming: bool, sweep_dir=None) -> loop.Begun:
+    """The initial state (plus_x or init_from's), the checkpoint's when resuming (`loop.restore`:
+    ConfigError when it does not fit), and the exact dynamics where the space allows."""
+    settings, task = experiment.settings, experiment.settings.task
+    times = task.save_times()
+    initial, initial_shardings = _initial(experiment, layout)
+    with mesh.activate(layout):
+        shape = jax.eval_shape(_begin_fn(experiment), *initial)
+    shardings = mesh.shard_state(shape, layout, chain_paths=("carry",))
+    state, done = None, 0  # fresh: the compiled start makes the state at t = 0
+    if resuming:
+        like = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shape)
+        state, meta = loop.restore(run_dir, like, shardings)
+        done = int(meta["step"]) + 1
+        log.info("resumed from the checkpoint at t = %.6g", float(state.integrator.t))
+    exact = exact_trajectory(experiment, mesh.to_host(initial.params), times)
+    return loop.Begun(state, shardings, done, len(times), rundir.TRAJECTORY, 1, "saved time", save,
+                      Context(initial, initial_shardings, times, exact))
 
-    def __init__(self, path: Path, kept: int):
-        self.path = path
-        lines = path.read_text().splitlines() if kept and path.exists() else []
-        self.records = [json.loads(line) for line in lines if line.strip()][:kept]
-        if distributed.is_main():
-            path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
 
-    def append(self, record: dict):
-        self.records.append(record)
-        if distributed.is_main():
-            with self.path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+def compile(experiment, layout, begun: loop.Begun) -> loop.Program:  # noqa: A001 (the task's shape)
+    """The compiled start, advance and measurement; the units are the saved times, each advanced to
+    (`advance_to`, looking for a stop signal between calls) and measured."""
+    context = begun.context
+    compiled = compile_run(experiment, layout, context.initial, context.initial_shardings)
+    times = context.times
+
+    def units(state, first, stop):
+        for index in range(first, len(times)):
+            if index > 0:
+                state, stopped = advance_to(compiled, state, times[index], stop)
+                if stopped:  # between saved times: the checkpoint of `index - 1` then holds this state
+                    yield loop.Unit(index, state, stopped=True)
+                    return
+            if float(state.integrator.t) < times[index]:
+                yield loop.Unit(index, state, failure=f"the integrator stopped at t = {float(state.integrator.t):.6g} "
+                                                      f"before {times[index]}")
+                return
+            state, metrics = compiled.measure(state)
+            yield loop.Unit(index, state, _host_metrics(state, metrics))
+
+    def show(unit, record):
+        log.info("t = %.4f  E = %.8f ± %.2e  residual %.2e  dt %.3g", record["t"], record["energy"],
+                 record["energy_error"], record["residual"], record["dt"])
+
+    state = compiled.begin(*context.initial) if begun.state is None else None
+    return loop.Program(units, compiled.seconds, where=lambda state, done: f"t = {float(state.integrator.t):.6g}",
+                        show=show, state=state)
 
 
-def _record(state, metrics: dict, wall_time: float) -> dict:
-    host = mesh.to_host((state.integrator.t, state.integrator.dt, state.integrator.n_accepted,
-                         state.integrator.n_rejected, metrics))
-    t, dt, accepted, rejected, metrics = host
-    return {"t": float(t), **{k: finite(v) for k, v in metrics.items()}, "dt": float(dt),
-            "n_steps": int(accepted), "n_rejected": int(rejected), "wall_time": wall_time}
+def _host_metrics(state, metrics: dict) -> dict:
+    """A measurement's metrics with the integrator's time, step and counts, on the host."""
+    t, dt, accepted, rejected, metrics = mesh.to_host((state.integrator.t, state.integrator.dt,
+                                                       state.integrator.n_accepted, state.integrator.n_rejected,
+                                                       metrics))
+    return {"t": t, **metrics, "dt": dt, "n_steps": accepted, "n_rejected": rejected}
+
+
+def record(experiment, unit: loop.Unit, records: list) -> tuple[dict, str | None]:
+    """A saved time's trajectory.jsonl record (non-finite values None) and why the run stops there:
+    an energy or error bar that is not finite."""
+    m = unit.metrics
+    out = {"t": float(m["t"]), **{k: finite(v) for k, v in m.items() if k not in ("t", "dt", "n_steps", "n_rejected")},
+           "dt": float(m["dt"]), "n_steps": int(m["n_steps"]), "n_rejected": int(m["n_rejected"])}
+    if out["energy"] is None or out["energy_error"] is None:
+        return out, f"energy is not finite at t = {out['t']:.6g}"
+    return out, None
 
 
 def advance_to(compiled: Compiled, state, t: float, stop: StopRequest):
@@ -229,41 +268,12 @@ def advance_to(compiled: Compiled, state, t: float, stop: StopRequest):
     return state, False
 
 
-def integrate(compiled: Compiled, state, start: int, times, *, run_dir: Path, settings, trajectory: Trajectory,
-              stop: StopRequest, started: float):
-    """From saved time `start` on (0: the initial state; resumed: the one after the checkpoint's),
-    advances to each saved time, measures there and checkpoints. Returns (state, status, reason)."""
-    for index in range(start, len(times)):
-        stopped = False
-        if index > 0:
-            state, stopped = advance_to(compiled, state, times[index], stop)
-        if stopped:  # between saved times: the checkpoint of `index - 1` then holds this state
-            _save(run_dir, state, settings, index - 1)
-            stop.checkpoint_saved(index - 1)
-            return state, stop.status, (f"{stop.describe()} received; stopped at t = {float(state.integrator.t):.6g} "
-                                        "between saved times after saving a checkpoint")
-        if float(state.integrator.t) < times[index]:
-            return state, "failed", f"the integrator stopped at t = {float(state.integrator.t):.6g} before {times[index]}"
-        state, metrics = compiled.measure(state)
-        record = _record(state, metrics, time.perf_counter() - started)
-        trajectory.append(record)
-        if record["energy"] is None or record["energy_error"] is None:
-            return state, "failed", f"energy is not finite at t = {record['t']:.6g}"
-        _save(run_dir, state, settings, index)
-        log.info("t = %.4f  E = %.8f ± %.2e  residual %.2e  dt %.3g", record["t"], record["energy"],
-                 record["energy_error"], record["residual"], record["dt"])
-        if index + 1 < len(times) and stop.requested():
-            stop.checkpoint_saved(index)
-            return state, stop.status, f"{stop.describe()} received; stopped at t = {record['t']:.6g} after saving a checkpoint"
-    return state, "completed", None
-
-
 def _summary(experiment, status, reason, state, records, *, errors, seconds: dict, layout) -> dict:
     task = experiment.settings.task
     summary = {"task": "dynamics", "status": status, "reason": reason,
                "t_reached": records[-1]["t"] if records else None, "t_end": task.t_end,
-               "n_saved": len(records), "n_steps": int(state.integrator.n_accepted),
-               "n_rejected": int(state.integrator.n_rejected), "seed": experiment.settings.seed,
+               "n_saved": len(records), "n_steps": int(state.integrator.n_accepted) if state is not None else 0,
+               "n_rejected": int(state.integrator.n_rejected) if state is not None else 0, "seed": experiment.settings.seed,
                "n_sites": experiment.hilbert.n_sites, **layout_fields(experiment, layout), **seconds}
     if records:
         summary.update({k: v for k, v in records[-1].items() if k.startswith(("energy", "obs/", "residual"))})
@@ -293,49 +303,22 @@ def final_line(summary: dict) -> str:
     return f"{line}; max |error| against exact: {summary.get('max_abs_error')}"
 
 
-def execute(experiment, layout, run_dir: Path, resuming: bool, stop: StopRequest | None = None, *, tracking=None,
-            started: float | None = None) -> dict:
-    """The time evolution in `run_dir` (fresh, or resumed from its checkpoint): trajectory.jsonl,
-    exact_trajectory.json, dynamics.png and summary.json. The summary is returned whatever the
-    status (`runner.app.ended` raises for a failed or stopped run). `stop`: the caller's installed StopRequest; without one, handlers are installed
-    here."""
-    with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
-        return _execute(experiment, layout, run_dir, resuming, stop=stop, tracking=tracking,
-                        started=time.perf_counter() if started is None else started)
+def finish(experiment, layout, run_dir: Path, ended: loop.Ended) -> loop.Finished:
+    """The summary (against the exact dynamics where it was computed), exact_trajectory.json and
+    dynamics.png."""
+    exact, records, state = ended.begun.context.exact, ended.records, ended.state
+    compile_seconds = ended.program.compile_seconds if ended.program is not None else None
+    result = _summary(experiment, ended.status, ended.reason, state, records, errors=max_abs_errors(records, exact),
+                      layout=layout, seconds={"compile_seconds": compile_seconds,
+                                              "wall_seconds": time.perf_counter() - ended.started})
+    log_warnings(result)
 
-
-def _execute(experiment, layout, run_dir: Path, resuming: bool, *, stop: StopRequest, tracking, started: float) -> dict:
-    settings, task = experiment.settings, experiment.settings.task
-    times = task.save_times()
-    initial, initial_shardings = _initial(experiment, layout)
-    t = time.perf_counter()
-    compiled = compile_run(experiment, layout, initial, initial_shardings)
-    compile_seconds = time.perf_counter() - t
-    state, start = compiled.begin(*initial), 0
-    if resuming:
-        state, index = _restore(run_dir, state, compiled.shardings)
-        start = index + 1
-        log.info("resumed from the checkpoint at t = %.6g", float(state.integrator.t))
-    trajectory = Trajectory(run_dir / rundir.TRAJECTORY, start)
-    exact = exact_trajectory(experiment, mesh.to_host(initial.params), times)
-    if stop.requested():
-        status, reason = stop.status, f"{stop.describe()} received before the first saved time"
-    else:
-        state, status, reason = integrate(compiled, state, start, times, run_dir=run_dir, settings=settings,
-                                          trajectory=trajectory, stop=stop, started=started)
-    records = trajectory.records
-    errors = max_abs_errors(records, exact)
-    result = _summary(experiment, status, reason, state, records, errors=errors, layout=layout,
-                      seconds={"compile_seconds": compile_seconds, "wall_seconds": time.perf_counter() - started})
-    if distributed.is_main():
+    def write(run_dir):
         if exact is not None:
             checkpoint.write_atomic(run_dir / rundir.EXACT_TRAJECTORY, lambda f: f.write(json.dumps(exact).encode()))
         trajectory_plot.plot_trajectory(records, exact, run_dir / rundir.DYNAMICS_PLOT, unit=result["energy_unit"])
-        (run_dir / rundir.SUMMARY).write_text(json.dumps(result, indent=2) + "\n")
-        if tracking is not None:
-            tracking.close(result)
-    log.info(final_line(result))
-    log_warnings(result)
-    if status in ("preempted", "interrupted"):
-        stop.hand_over()
-    return result
+
+    return loop.Finished(result, write, (final_line(result),))
+
+
+TASK = loop.Task("dynamics", init, compile, record, finish)

@@ -2,13 +2,13 @@
 of the system, then the final estimate of the levels from the local energy matrix of fresh samples
 (jackknife error bars over the chains), against the K lowest exact levels where the space allows."""
 
-import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,16 +17,15 @@ import numpy as np
 from runner.config.build import instantiate
 from runner.config.task import Excited
 from runner.core import excited
-from runner.core.estimate import burn_in, final_burn_in
+from runner.core.estimate import Rounds, burn_in, final_burn_in, scan_rounds
 from runner.core.local_energy import map_over_samples
-from runner.core.sampler import sample
 from runner.core.stats import statistics
 from runner.core.wavefunction import apply_model
 from runner.diagnostics import sectors
 from runner.errors import ConfigError
-from runner.lifecycle import finish, loop, rundir, sector_check
+from runner.lifecycle import ground_state, loop, rundir, sector_check
+from runner.lifecycle.finish import write_files as finish_files
 from runner.lifecycle.load import Trained
-from runner.lifecycle.preemption import StopRequest
 from runner.outputs.summary import Outcome, Timings, finite, relative_error, report, summarise, v_score
 from runner.parallel import distributed, mesh
 from runner.physics import spectrum, symmetry
@@ -90,31 +89,37 @@ def _each_fn(model):
 
 def final_matrices(experiment, state, n_rounds: int, sweeps: int):
     """(chains, (M(x) [C, R T, K, K], trace metrics)) at `state`'s parameters: `n_rounds` rounds of
-    fresh samples after `sweeps` sweeps of burn-in, each chain's rounds one longer chain; the trace
-    of M(x), the determinant's local energy under sum_j H_j, summarised like a ground-state run's."""
-    problem, n_states = experiment.problem, experiment.settings.task.n_states
-    state = burn_in(problem, state, sweeps)
-    operators = (experiment.hamiltonian, *observed_operators(experiment.observables))
+    fresh samples after `sweeps` sweeps of burn-in, each chain's rounds one longer chain
+    (`runner.core.estimate.scan_rounds`); the trace of M(x), the determinant's local energy under
+    sum_j H_j, summarised like a ground-state run's."""
+    return scan_rounds(experiment.problem, matrix_rounds(experiment), burn_in(experiment.problem, state, sweeps),
+                       n_rounds)
 
+
+def matrix_rounds(experiment) -> Rounds:
+    """The levels' `Rounds`: each round's local matrices of H and of each observable, pooled into
+    one longer chain per chain, with the trace's metrics."""
+    problem, n_states = experiment.problem, experiment.settings.task.n_states
+    operators = (experiment.hamiltonian, *observed_operators(experiment.observables))
     in_sector = experiment.observables is not None and experiment.observables.sector
 
-    def matrices(sigma_CxTxM):  # of H, then of each observable (dropping moves out of a fixed Sz, as H has none)
-        return tuple(excited.local_matrices(op, _each_fn(problem.model), state.params, sigma_CxTxM, n_states,
-                                            conserve_sz=in_sector and k > 0)
-                     for k, op in enumerate(operators))
+    def one(params, sigma_CxTxM, carry):  # of H, then of each observable (dropping moves out of a fixed Sz, as H has none)
+        def matrices(sigma):
+            return tuple(excited.local_matrices(op, _each_fn(problem.model), params, sigma, n_states,
+                                                conserve_sz=in_sector and k > 0)
+                         for k, op in enumerate(operators))
 
-    def one_round(chains, _):
-        chains, sigma_CxTxM, acceptance = sample(problem.sampler, problem.amplitude, state.params, chains)
-        return chains, (map_over_samples(matrices, sigma_CxTxM, problem.chunk_per_chain), acceptance)
+        return carry, map_over_samples(matrices, sigma_CxTxM, problem.chunk_per_chain)
 
-    chains, (m_RxCxTxKxK, acceptance_R) = jax.lax.scan(one_round, state.chains, length=n_rounds)
-    pooled = [jnp.moveaxis(m, 0, 1).reshape(m.shape[1], -1, n_states, n_states) for m in m_RxCxTxKxK]
-    m_CxSxKxK = pooled[0]
-    stats = statistics(jnp.trace(m_CxSxKxK, axis1=-2, axis2=-1))
-    trace = {"energy": jnp.real(stats.mean), "energy_imag": jnp.imag(stats.mean), "energy_error": stats.error_of_mean,
-             "variance": stats.variance, "r_hat": stats.r_hat, "tau_corr": stats.tau_corr,
-             "acceptance": jnp.mean(acceptance_R)}
-    return chains, (tuple(pooled), trace)
+    def pool(carry, m_RxCxTxKxK, acceptance_R):
+        pooled = tuple(jnp.moveaxis(m, 0, 1).reshape(m.shape[1], -1, n_states, n_states) for m in m_RxCxTxKxK)
+        stats = statistics(jnp.trace(pooled[0], axis1=-2, axis2=-1))
+        trace = {"energy": jnp.real(stats.mean), "energy_imag": jnp.imag(stats.mean),
+                 "energy_error": stats.error_of_mean, "variance": stats.variance, "r_hat": stats.r_hat,
+                 "tau_corr": stats.tau_corr, "acceptance": jnp.mean(acceptance_R)}
+        return pooled, trace
+
+    return Rounds(start=lambda chains: (), one=one, pool=pool)
 
 
 def observed_operators(obs) -> tuple:
@@ -215,55 +220,55 @@ def _shown(value, spec: str) -> str:
     return "nan" if value is None else format(value, spec)
 
 
-def execute(experiment, layout, run_dir: Path, start_state, stop: StopRequest | None = None, *, tracking=None,
-            started: float | None = None) -> dict:
-    """The excited-state run in `run_dir` from `start_state` (the caller's (state, shardings,
-    n_params, first step): fresh or resumed): metrics.jsonl, the checkpoint (every state), energy.png
-    (the sum of the levels) and summary.json; returned whatever the status (`runner.app.ended` raises for a failed or stopped run)."""
-    started = time.perf_counter() if started is None else started
-    with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
-        return _execute(experiment, layout, run_dir, start_state, stop=stop, tracking=tracking, started=started)
+class Context(NamedTuple):
+    """What an excited-state run keeps from its init for its finish."""
+
+    exact: list | None  # the exact lowest levels (`exact_levels`), or None
+    n_params: int
 
 
-def _execute(experiment, layout, run_dir: Path, start_state, *, stop: StopRequest, tracking, started: float) -> dict:
-    settings = experiment.settings
-    state, shardings, n_params, start = start_state
+def init(experiment, layout, run_dir, resuming: bool, sweep_dir=None) -> loop.Begun:
+    """The fresh or resumed state of the K states, then the exact levels of the space the model can
+    reach (measured on that state where the model has no sector)."""
+    state, shardings, n_params, done = ground_state.start(experiment, layout, run_dir, resuming)
     exact = None
-    if wants_exact(settings.exact, experiment.hilbert):
+    if wants_exact(experiment.settings.exact, experiment.hilbert):
         invariance = None if experiment.sector is not None else measured_invariance(experiment, state)
         exact = exact_levels(experiment, invariance)
-    metrics_log = loop.MetricsLog(run_dir / rundir.METRICS, start, started=started)
-    if tracking is not None:
-        metrics_log.tracking = tracking.open(start)
-    training = loop.train(experiment, layout, state, shardings, start, run_dir=run_dir, metrics_log=metrics_log,
-                          stop=stop)
+    return ground_state.begun(experiment, state, shardings, done, Context(exact, n_params))
+
+
+def finish(experiment, layout, run_dir, ended: loop.Ended) -> loop.Finished:
+    """After a completed training the levels' final estimate; the summary (the trace of the local
+    energy matrix as the energy, each state and gap against the exact levels) and energy.png."""
+    settings, exact = experiment.settings, ended.begun.context.exact
     trace, levels = {}, {"states": [], "gaps": []}
-    if training.status == "completed":
-        loop.save_checkpoint(run_dir, training.state, settings, settings.n_iter)
-        trace, levels = final_estimate(experiment, training.state, shardings, layout,
+    if ended.status == "completed":
+        trace, levels = final_estimate(experiment, ended.state, ended.begun.shardings, layout,
                                        final_burn_in(experiment.problem.sampler))
     exact_sum = None if exact is None else float(sum(exact))
-    timings = Timings.of(training.step_times, training.compile_seconds, time.perf_counter() - started)
-    outcome = Outcome(status=training.status, reason=training.reason, final=trace, exact_energy=exact_sum,
-                      n_params=n_params, timings=timings)
+    compile_seconds = ended.program.compile_seconds if ended.program is not None else None
+    timings = Timings.of(ended.step_times, compile_seconds, time.perf_counter() - ended.started)
+    outcome = Outcome(status=ended.status, reason=ended.reason, final=trace, exact_energy=exact_sum,
+                      n_params=ended.begun.context.n_params, timings=timings)
     result = {"task": "excited", "n_states": settings.task.n_states,
-              **summarise(experiment, layout, outcome, metrics_log.records), **with_exact(levels, exact)}
-    if training.status == "completed":
-        warning = convergence_warning(result, metrics_log.records)
+              **summarise(experiment, layout, outcome, ended.records), **with_exact(levels, exact)}
+    if ended.status == "completed":
+        warning = convergence_warning(result, ended.records)
         if warning is not None:
             result["warnings"] = [*result.get("warnings", []), warning]
-    finish.write(run_dir, result, metrics_log.records, exact_sum, None, tracking)
     report(result)
-    for k, level in enumerate(result["states"]):
-        log.info("state %d: %s ± %s  (variance %s)%s", k, _shown(level["energy"], ".10f"),
-                 _shown(level["energy_error"], ".2e"), _shown(level["variance"], ".2e"),
-                 "" if exact is None else f"  exact {exact[k]:.10f}")
-    for k, gap in enumerate(result["gaps"], start=1):
-        log.info("gap E_%d - E_0: %s ± %s%s", k, _shown(gap["gap"], ".10f"), _shown(gap["gap_error"], ".2e"),
-                 "" if gap.get("exact_gap") is None else f"  exact {gap['exact_gap']:.10f}")
-    if training.status in ("preempted", "interrupted"):
-        stop.hand_over()
-    return result
+    lines = [f"state {k}: {_shown(level['energy'], '.10f')} ± {_shown(level['energy_error'], '.2e')}  "
+             f"(variance {_shown(level['variance'], '.2e')})" + ("" if exact is None else f"  exact {exact[k]:.10f}")
+             for k, level in enumerate(result["states"])]
+    lines += [f"gap E_{k} - E_0: {_shown(gap['gap'], '.10f')} ± {_shown(gap['gap_error'], '.2e')}"
+              + ("" if gap.get("exact_gap") is None else f"  exact {gap['exact_gap']:.10f}")
+              for k, gap in enumerate(result["gaps"], start=1)]
+    return loop.Finished(result, lambda run_dir: finish_files(run_dir, result, ended.records, exact_sum, None),
+                         tuple(lines))
+
+
+TASK = loop.Task("excited", init, ground_state.compile, ground_state.record, finish)
 
 
 def state_of(trained: Trained, k: int) -> Trained:
@@ -295,7 +300,7 @@ def state_of(trained: Trained, k: int) -> Trained:
     model = excited.Combination(base=determinant.base, n_states=determinant.n_states, coefficients=coefficients)
     sampler = instantiate("sampler", trained.config["sampler"], hilbert=experiment.hilbert)
     problem = dataclasses.replace(experiment.problem, model=model, hamiltonian=experiment.hamiltonian, sampler=sampler)
-    settings = dataclasses.replace(experiment.settings, task=None)
+    settings = dataclasses.replace(experiment.settings, task=None)  # the ground-state task: one state
     chains = trained.state.chains._replace(sigma_CxN=trained.state.chains.sigma_CxN[:, k * n:(k + 1) * n])
     return dataclasses.replace(trained, experiment=dataclasses.replace(experiment, problem=problem, settings=settings),
                                state=trained.state._replace(chains=chains))

@@ -24,7 +24,6 @@ from runner.core.estimate import (
 )
 from runner.diagnostics import peaks
 from runner.lifecycle import rundir, sweep_cache
-from runner.lifecycle.loop import Training, save_checkpoint
 from runner.outputs.plot import plot_energy
 from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
@@ -132,7 +131,7 @@ def final_estimate(experiment, state, shardings, layout, sweeps: int, draw=None)
             `sampler.n_samples`).
         state: the VMC state, placed by `shardings` on `layout`.
         sweeps: a run's own `runner.core.vmc.final_burn_in`, or an evaluation's choice.
-        draw: the training step's compiled sampling (`runner.lifecycle.loop.CompiledStep.draw`)
+        draw: the training step's compiled sampling (`runner.lifecycle.ground_state.CompiledStep.draw`)
             or None. Where it draws the estimate's rounds (`draws_estimate_samples`, no burn-in)
             the rounds run on it (`rounds_on`), else the whole estimate is one program
             (`compile_final_estimate`): the same numbers either way (tests/lifecycle/test_finish.py).
@@ -166,20 +165,16 @@ def peak_check(problem, settings, state, final: dict) -> dict | None:
     return result
 
 
-def conclude(experiment, layout, training: Training, shardings, run_dir: Path, exact: Exact = Exact()):
-    """After a completed training: the last checkpoint, the final estimate and the peak check.
+def conclude(experiment, layout, state, shardings, draw=None, exact: Exact = Exact()):
+    """After a completed training (its last checkpoint saved): the final estimate and the peak check
+    at `state` (`draw`: the training step's compiled sampling, `final_estimate`).
 
     Returns:
         (final energy metrics, with observables (summary fields, correlations.json; with
-        `exact.observed` its fields too) or None, peak check); ({}, None, None) for a run that
-        did not complete.
+        `exact.observed` its fields too) or None, peak check).
     """
-    if training.status != "completed":
-        return {}, None, None
-    problem, settings, state = experiment.problem, experiment.settings, training.state
-    save_checkpoint(run_dir, state, settings, settings.n_iter)
-    final, observed = final_estimate(experiment, state, shardings, layout, final_burn_in(problem.sampler),
-                                     training.draw)
+    problem, settings = experiment.problem, experiment.settings
+    final, observed = final_estimate(experiment, state, shardings, layout, final_burn_in(problem.sampler), draw)
     for name, value in (observed[0]["observables"] if observed else {}).items():
         if value["mean"] is not None:
             log.info("%s: %.8f ± %.2e", name, value["mean"], float("nan") if value["error"] is None else value["error"])
@@ -188,16 +183,12 @@ def conclude(experiment, layout, training: Training, shardings, run_dir: Path, e
     return final, observed, peak_check(problem, settings, state, final)
 
 
-def write(run_dir: Path, summary: dict, records: list[dict], exact: float | None, correlations: dict | None,
-          tracking=None):
-    """Process 0 writes summary.json, energy.png and (with observables) correlations.json, then
-    closes the trackers (`runner.outputs.loggers.Tracking`, after the plots: they are artifacts)."""
+def write_files(run_dir: Path, summary: dict, records: list[dict], exact: float | None, correlations: dict | None):
+    """energy.png and (with observables) correlations.json, by process 0 (summary.json is the loop's:
+    `runner.lifecycle.loop.write_summary`)."""
     if not distributed.is_main():
         return
-    (run_dir / rundir.SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
     plot_energy(records, exact, run_dir / rundir.ENERGY_PLOT, n_sites=summary.get("n_sites"),
                 unit=summary.get("energy_unit"))
     if correlations is not None:
         (run_dir / rundir.CORRELATIONS).write_text(json.dumps(correlations) + "\n")
-    if tracking is not None:
-        tracking.close(summary)

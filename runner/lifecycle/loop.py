@@ -1,74 +1,124 @@
-"""The training loop: the compiled step from a start to n_iter, every step's metrics in
-metrics.jsonl, checkpoints on the way, and what stops it early."""
+"""The one loop every task runs in: a task's `init`, `compile`, `record` for each unit (a training
+step, a saved time) and `finish`, with the stop signals, the checkpoint cadence, the task's JSONL log,
+summary.json (`rundir.write_summary`) and the trackers."""
 
-import functools
 import json
 import logging
-import sys
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple
-
-import jax
-from tqdm import tqdm
+from typing import Any, Callable, Iterator, NamedTuple
 
 from runner.config import fingerprint
-from runner.core import observe
-from runner.core.estimate import draws_estimate_samples
-from runner.core.problem import draw
-from runner.core.vmc import update_step, vmc_step
-from runner.diagnostics import health
 from runner.errors import ConfigError
 from runner.lifecycle import checkpoint, rundir
 from runner.lifecycle.preemption import StopRequest
-from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
-from runner.physics import observables
 
 log = logging.getLogger(__name__)
 
-# a step whose energy, or its variance or error bar, is not finite (None in its record) stops the run:
-# a finite mean of local energies whose variance overflowed is no energy either
-GUARDED = ("energy", "variance", "energy_error")
+
+class Task(NamedTuple):
+    """What a run does, in the optax shape: pure-ish functions the loop (`run`) calls in order.
+
+    init: (experiment, layout, run_dir, resuming, sweep_dir) -> `Begun`: the state to start from (fresh, or the
+        checkpoint's), the units done, the exact numbers the run compares with.
+    compile: (experiment, layout, begun) -> `Program`: the compiled programs, stepping through units.
+    record: (experiment, unit, records) -> (the unit's log record, why the run fails at it or None),
+        `records` the records before it (the loop adds the record's `wall_time`).
+    finish: (experiment, layout, run_dir, ended) -> `Finished`: the summary and the task's files.
+    """
+
+    name: str
+    init: Callable
+    compile: Callable
+    record: Callable
+    finish: Callable
 
 
-class MetricsLog:
-    """metrics.jsonl, one JSON object per step; truncated to a checkpoint on resume."""
+class Begun(NamedTuple):
+    """Where a run starts: `state` (placed by `shardings`), `done` of `n_units` units already done (a
+    resumed run's), the log file, the checkpoint cadence in units, the unit's name in sentences,
+    the `save` of a checkpoint ((run_dir, state, settings, done) -> the checkpoint's label), and
+    what the task keeps for its finish (`context`)."""
 
-    def __init__(self, path: Path, resume_step: int, started: float):
-        self.path = path
-        self.started = started
-        kept = []
-        if resume_step and path.exists() and distributed.is_main():
-            for line in path.read_text().splitlines():
-                if line.strip() and json.loads(line)["step"] < resume_step:
-                    kept.append(line)
+    state: Any
+    shardings: Any
+    done: int
+    n_units: int
+    log_name: str
+    checkpoint_every: int
+    unit: str  # "step", "saved time"
+    save: Callable
+    context: Any = None
+
+
+class Unit(NamedTuple):
+    """One unit a program ran: its index, the state after it and its metrics (on the host). `stopped`:
+    a stop signal came within the unit (the state is where it got to; nothing is recorded);
+    `failure`: why the program could not finish the unit."""
+
+    index: int
+    state: Any
+    metrics: dict | None = None
+    stopped: bool = False
+    failure: str | None = None
+
+
+class Program(NamedTuple):
+    """A task's compiled programs: `units`, (state, first, stop) -> the units from `first` on, lazily;
+    `state`: the state they start from (None: the begun one); `where`: (state, units done) -> where it stands, in
+    a stop's reason ("step 12", "t = 0.3"); `show`: (unit, record) -> None, the log line or progress
+    bar of a kept unit; `close` ends the display; what the finish uses (`extra`)."""
+
+    units: Callable[..., Iterator[Unit]]
+    compile_seconds: float
+    where: Callable
+    show: Callable
+    close: Callable = lambda: None
+    state: Any = None
+    extra: Any = None
+
+
+class Ended(NamedTuple):
+    """How the units ended, for the task's finish."""
+
+    begun: Begun
+    program: Program | None  # None: stopped before compiling
+    state: Any  # of the last good unit
+    status: str  # completed, failed, preempted or interrupted
+    reason: str | None  # why it did not complete
+    records: list  # every unit's record, a resumed run's earlier ones first
+    step_times: list  # seconds of each unit taken
+    started: float  # perf_counter at the command's start
+
+
+class Finished(NamedTuple):
+    """A task's finish: the summary, what process 0 writes before it (plots, tables: `write`,
+    (run_dir) -> None), and the final log lines."""
+
+    summary: dict
+    write: Callable = lambda run_dir: None
+    lines: tuple = ()
+
+
+class RecordLog:
+    """A task's JSONL log (metrics.jsonl, trajectory.jsonl), one record per unit; cut back to the
+    units a checkpoint holds on resume. Every record also goes to the trackers."""
+
+    def __init__(self, path: Path, kept: int, tracking=None):
+        self.path, self.tracking = path, tracking
+        lines = path.read_text().splitlines() if kept and path.exists() else []
+        self.records = [json.loads(line) for line in lines if line.strip()][:kept]
         if distributed.is_main():
-            path.write_text("".join(line + "\n" for line in kept))
-        self.records = [json.loads(line) for line in kept]
-        self.tracking = None  # loggers.Tracking: every record also goes to the chosen trackers
+            path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
 
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def append(self, record: dict):
+    def append(self, record: dict, index: int):
         self.records.append(record)
         if distributed.is_main():
             with self.path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             if self.tracking is not None:
-                self.tracking.log_metrics(record)
-
-
-class Training(NamedTuple):
-    """How training ended: the state of its last good step and why it stopped."""
-
-    state: object
-    status: str  # completed, failed, preempted or interrupted
-    reason: str | None  # why it did not complete
-    step_times: list  # seconds of each step taken
-    compile_seconds: float | None  # None when stopped before compiling
-    draw: Callable | None = None  # the step's compiled sampling (`CompiledStep.draw`); None before compiling
+                self.tracking.log_metrics(record if "step" in record else {"step": index, **record})
 
 
 def save_checkpoint(run_dir: Path, state, settings, step: int, **extra):
@@ -79,6 +129,12 @@ def save_checkpoint(run_dir: Path, state, settings, step: int, **extra):
         meta = {"step": step, **extra, "seed": settings.seed,
                 "config_fingerprint": fingerprint.record(settings.fingerprint)}
         checkpoint.save(run_dir / rundir.CHECKPOINT, host_state, meta)
+
+
+def save_steps(run_dir: Path, state, settings, done: int) -> int:
+    """`Begun.save` of a task whose units are steps: the checkpoint of `done` steps, labelled `done`."""
+    save_checkpoint(run_dir, state, settings, done)
+    return done
 
 
 def restore(run_dir: Path, state, shardings):
@@ -98,180 +154,100 @@ def restore(run_dir: Path, state, shardings):
     return mesh.from_host(loaded, shardings), meta
 
 
-def stopped_before_first_step(stop: StopRequest) -> tuple[str, str]:
-    """Status and reason of a run stopped before its first step: no new checkpoint (the one
-    that exists, if any, is still this run's latest state)."""
-    reason = f"{stop.describe()} received before the first step"
-    log.warning("%s; stopping", reason)
-    return stop.status, reason
+def run(task: Task, experiment, layout, run_dir: Path, resuming: bool, *, stop: StopRequest, tracking=None,
+        started: float, sweep_dir: Path | None = None) -> dict:
+    """The run of `task` in `run_dir` (fresh, or resumed from its checkpoint): the units, the task's
+    files, summary.json and the trackers' close. Returns the summary whatever its status
+    (`runner.app.ended` raises for a failed or stopped run); a stopped run under submitit is
+    requeued (`StopRequest.hand_over`). `sweep_dir`: the directory of the sweep the run is a point of,
+    whose caches it shares (None: a single run)."""
+    begun = task.init(experiment, layout, run_dir, resuming, sweep_dir)
+    records = RecordLog(run_dir / begun.log_name, begun.done,
+                        tracking.open(begun.done) if tracking is not None else None)
+    ended = _units(task, experiment, layout, begun, run_dir=run_dir, records=records, stop=stop, started=started)
+    finished = task.finish(experiment, layout, run_dir, ended)
+    if distributed.is_main():
+        finished.write(run_dir)
+        rundir.write_summary(run_dir, finished.summary)
+        if tracking is not None:
+            tracking.close(finished.summary)
+    for line in finished.lines:
+        log.info(line)
+    if ended.status in ("preempted", "interrupted"):
+        stop.hand_over()  # under submitit: requeues the job (and exits)
+    return finished.summary
 
 
-class CompiledStep(NamedTuple):
-    """The VMC step (`runner.core.vmc.vmc_step`), compiled; called with a state, one step. Where the
-    final estimate can draw its rounds with the step's sampling (`draws_estimate_samples`) it is two
-    programs: `draw`, (params, chains) -> the step's samples (`runner.core.problem.draw`), which the
-    final estimate runs again (`runner.lifecycle.finish.final_estimate`), and `update`, (state,
-    samples) -> (state, metrics) (`runner.core.vmc.update_step`). Otherwise `draw` is None and
-    `update` is the whole step, state -> (state, metrics): one program keeps a full sum's
-    reductions together, bit for bit on every layout (docs/notes/finishing.md)."""
+def _units(task: Task, experiment, layout, begun: Begun, *, run_dir: Path, records: RecordLog, stop: StopRequest,
+           started: float) -> Ended:
+    """Compiles the task's programs and runs its units from `begun.done` to `begun.n_units`.
 
-    draw: Callable | None
-    update: Callable
-
-    def __call__(self, state):
-        if self.draw is None:
-            return self.update(state)
-        return self.update(state, self.draw(state.params, state.chains))
-
-
-def compile_step(experiment, state, shardings, layout) -> CompiledStep:
-    """The VMC step (and the observables it measures), compiled for `state` laid out by `shardings`."""
-    problem = experiment.problem
-    observer = observe.step_observer(experiment.observables, problem)
-    # Under the mesh, dense SR gathers Obar onto every device and forms the Gram matrix in one
-    # product (runner/core/precond.py): bitwise equal on every layout, and as fast as the
-    # layout-dependent product.
-    with mesh.activate(layout):
-        if not draws_estimate_samples(problem):
-            step = functools.partial(vmc_step, problem, observe=observer)
-            return CompiledStep(None, jax.jit(step, in_shardings=(shardings,),
-                                              out_shardings=(shardings, layout.replicated)).lower(state).compile())
-        drawn = jax.eval_shape(functools.partial(draw, problem), state.params, state.chains)
-        drawn_shardings = mesh.shard_by_rank(drawn, layout)
-        draw_fn = jax.jit(functools.partial(draw, problem), in_shardings=(shardings.params, shardings.chains),
-                          out_shardings=drawn_shardings).lower(state.params, state.chains).compile()
-        update = functools.partial(update_step, problem, observe=observer)
-        update_fn = jax.jit(update, in_shardings=(shardings, drawn_shardings),
-                            out_shardings=(shardings, layout.replicated)).lower(state, drawn).compile()
-    return CompiledStep(draw_fn, update_fn)
-
-
-def train(experiment, layout, state, shardings, start: int, *, run_dir: Path, metrics_log: MetricsLog,
-          stop: StopRequest) -> Training:
-    """Compiles the step and runs `optimize` from `start` (nothing when `stop` came during the set-up)."""
-    if stop.requested():  # during the set-up: nothing to compile
-        return Training(state, *stopped_before_first_step(stop), [], None)
-    t = time.perf_counter()
-    step_fn = compile_step(experiment, state, shardings, layout)
-    compile_seconds = time.perf_counter() - t
-    collapsed = functools.partial(health.check_collapse, n_sites=experiment.hilbert.n_sites,
-                                  metropolis=health.metropolis(experiment.problem.sampler))
-    state, status, reason, step_times = optimize(step_fn, state, start, experiment.settings, run_dir,
-                                                 metrics_log=metrics_log, stop=stop, collapsed=collapsed)
-    return Training(state, status, reason, step_times, compile_seconds, step_fn.draw)
-
-
-def _unusable(record) -> list:
-    """The `GUARDED` keys of a metrics record that `finite` made None."""
-    return [k for k in GUARDED if k in record and record[k] is None]
-
-
-def _non_finite_reason(metrics, unusable, step) -> str:
-    """Why a step's estimate is unusable, from its raw `metrics` and `_unusable` keys."""
-    if "energy" in unusable:
-        return f"energy is {float(metrics['energy'])} at step {step}"
-    spread = ", ".join(f"{k} {float(metrics[k])}" for k in unusable)
-    return f"energy is {float(metrics['energy']):.6g} with {spread} at step {step}"
-
-
-def _failure(metrics, unusable, step, collapsed, records) -> str | None:
-    """Why training stops at this step (its record the last of `records`): a non-finite estimate
-    (`_unusable`; not on a step reject_jump rejected: the next step measures the kept state), or a
-    collapse (`collapsed`); None to go on."""
-    if unusable and not records[-1].get("rejected"):
-        return _non_finite_reason(metrics, unusable, step)
-    return collapsed(records) if collapsed is not None else None
-
-
-def _record(step: int, metrics: dict, wall_time: float) -> dict:
-    """A step's metrics.jsonl record: non-finite values as None, obs/ fields only at the steps that measured."""
-    record = {"step": step, **{k: finite(v) for k, v in metrics.items()}}
-    record["wall_time"] = wall_time
-    return observables.keep_measured(record)
-
-
-def _progress(n_iter: int, start: int):
-    """A progress bar where the log is printed: on a terminal (tqdm disables itself otherwise) and
-    only while a root handler prints the log there (Hydra's console handler in the CLI; none under
-    `runner.run(quiet=True)`, which then shows no bar either)."""
-    shown = any(prints_to_terminal(h) for h in logging.getLogger().handlers)
-    return tqdm(total=n_iter, initial=start, disable=None if shown else True, file=sys.stderr, dynamic_ncols=True)
-
-
-def prints_to_terminal(handler) -> bool:
-    """Whether a log handler prints to the terminal (a plain StreamHandler on stderr or stdout)."""
-    return type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (sys.stderr, sys.stdout)
-
-
-def _show(bar, record: dict, reason: str | None, step: int, log_every: int):
-    """A kept step on the progress bar and, every `log_every` steps, in the log; `reason`: why its
-    estimate is unusable (reject_jump rejected it)."""
-    bar.update(1)
-    if reason is not None:
-        log.warning("%s; rejected (reject_jump): the next step measures the kept parameters again", reason)
-        return
-    bar.set_postfix_str(f"E={record['energy']:.6f}±{record['energy_error']:.1e} acc={record['acceptance']:.2f}")
-    if (step + 1) % log_every == 0:
-        log.info("step %d  E = %.8f ± %.2e  var %.3e  acc %.2f", step + 1, record["energy"],
-                 record["energy_error"], record["variance"], record["acceptance"])
-
-
-def optimize(step_fn, state, start: int, settings, run_dir: Path, *, metrics_log: MetricsLog, stop: StopRequest,
-             collapsed=None):
-    """Steps from `start` to `n_iter`, logging metrics and checkpointing.
-
-    Stops early on a non-finite energy, variance or error ("failed", the state of the last step is dropped;
-    not on a step that `reject_jump` rejected, whose parameters are dropped anyway), on a collapse
-    (`collapsed`: records -> reason or None, `runner.diagnostics.health.check_collapse`; "failed")
-    or a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a checkpoint at
-    the current step).
-
-    Returns:
-        (state, status, reason, step_times); `reason` says why a run did not complete (None if it did).
+    Stops early when a unit fails ("failed": the state of that unit is dropped; the task's `record`
+    judges), or on a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a
+    checkpoint where the run got to: between units, or within one). A checkpoint is saved every
+    `begun.checkpoint_every` units and after the last.
     """
-    status, reason, step_times = "completed", None, []
-    last_good = start if start > 0 else None  # the newest checkpoint this run can fall back on
-    bar = _progress(settings.n_iter, start)
-    log_every = max(1, settings.n_iter // 10)
-    # Metrics are read one step late: step k+1 is dispatched before step k's metrics are
-    # fetched, so the device never waits for logging. (No buffer donation: the state of
-    # step k stays valid for a checkpoint while step k+1 runs.)
-    if start < settings.n_iter and stop.requested():  # during compilation
-        bar.close()
-        return (state, *stopped_before_first_step(stop), step_times)
-    pending = step_fn(state) if start < settings.n_iter else None
+    settings = experiment.settings
+
+    def ending(state, status, reason, program=None, times=()):
+        return Ended(begun, program, state, status, reason, records.records, list(times), started)
+
+    pending = begun.done < begun.n_units
+    if pending and stop.requested():  # during the set-up: nothing to compile
+        return ending(begun.state, *_stopped_before_first(stop, begun.unit))
+    program = task.compile(experiment, layout, begun)
+    state = begun.state if program.state is None else program.state
+    if pending and stop.requested():  # during compilation
+        program.close()
+        return ending(state, *_stopped_before_first(stop, begun.unit), program)
+    status, reason, times = "completed", None, []
+    last_good = begun.done if begun.done > 0 else None  # the newest checkpoint this run can fall back on
     t = time.perf_counter()
-    for step in range(start, settings.n_iter):
-        new_state, metrics = pending
-        if step + 1 < settings.n_iter:
-            pending = step_fn(new_state)
-        metrics = mesh.to_host(metrics)
+    for unit in program.units(state, begun.done, stop):
         now = time.perf_counter()
-        step_times.append(now - t)
+        times.append(now - t)
         t = now
-        record = _record(step, metrics, metrics_log.elapsed())
-        unusable = _unusable(record)
-        metrics_log.append(record)
-        failure = _failure(metrics, unusable, step, collapsed, metrics_log.records)
+        if unit.stopped:  # within the unit: its checkpoint holds where it got to
+            label = begun.save(run_dir, unit.state, settings, unit.index)
+            stop.checkpoint_saved(label)
+            state, status = unit.state, stop.status
+            reason = (f"{stop.describe()} received; stopped at {program.where(unit.state, unit.index)} between "
+                      f"{begun.unit}s after saving a checkpoint")
+            break
+        failure = unit.failure
+        if failure is None:
+            record, failure = task.record(experiment, unit, records.records)
+            record["wall_time"] = time.perf_counter() - started
+            records.append(record, unit.index)
         if failure is not None:
             status, reason = "failed", failure
-            kept = (f"the last good checkpoint is step {last_good}" if last_good is not None
+            kept = (f"the last good checkpoint is {begun.unit} {last_good}" if last_good is not None
                     else "no checkpoint was written (the run starts over when run again)")
             log.error("%s; stopping, %s", reason, kept)
             break
-        state = new_state
-        _show(bar, record, _non_finite_reason(metrics, unusable, step) if unusable else None, step, log_every)
-        if step + 1 == settings.n_iter:
+        state, done = unit.state, unit.index + 1
+        program.show(unit, record)
+        last = done == begun.n_units
+        saved = last or done % begun.checkpoint_every == 0
+        if saved:
+            label = begun.save(run_dir, state, settings, done)
+            last_good = done
+        if last:
             break
         if stop.requested():
-            log.warning("%s received: saving a checkpoint at step %d", stop.describe(), step + 1)
-            save_checkpoint(run_dir, state, settings, step + 1)
-            stop.checkpoint_saved(step + 1)  # only now may a second Ctrl-C's sentence and the summary say so
+            log.warning("%s received: saving a checkpoint at %s", stop.describe(), program.where(state, done))
+            label = label if saved else begun.save(run_dir, state, settings, done)
+            stop.checkpoint_saved(label)  # only now may a second Ctrl-C's sentence and the summary say so
             status = stop.status
-            reason = f"{stop.describe()} received; stopped at step {step + 1} after saving a checkpoint"
+            reason = f"{stop.describe()} received; stopped at {program.where(state, done)} after saving a checkpoint"
             break
-        if (step + 1) % settings.checkpoint_every == 0:
-            save_checkpoint(run_dir, state, settings, step + 1)
-            last_good = step + 1
-    bar.close()
-    return state, status, reason, step_times
+    program.close()
+    return ending(state, status, reason, program, times)
+
+
+def _stopped_before_first(stop: StopRequest, unit: str) -> tuple[str, str]:
+    """Status and reason of a run stopped before its first unit: no new checkpoint (the one that
+    exists, if any, is still this run's latest state)."""
+    reason = f"{stop.describe()} received before the first {unit}"
+    log.warning("%s; stopping", reason)
+    return stop.status, reason

@@ -201,3 +201,10 @@ def remove_if_new(run_dir: Path, new_dirs):
             parent = parent.parent
     except OSError:  # a directory we cannot read or remove is left as it is
         pass
+
+
+def write_summary(run_dir: Path, summary: dict):
+    """summary.json, atomically (a reader sees the old file or the new one, never a part): the one
+    writer of a run's summary (the loop's, a failure's and a config error's)."""
+    text = json.dumps(summary, indent=2) + "\n"
+    checkpoint.write_atomic(run_dir / SUMMARY, lambda f: f.write(text.encode()))

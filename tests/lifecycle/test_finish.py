@@ -9,7 +9,7 @@ import pytest
 from runner.config.build import build
 from runner.core import sampler
 from runner.core.vmc import init_state
-from runner.lifecycle import finish, loop
+from runner.lifecycle import finish, ground_state
 from runner.parallel import mesh
 from runner.physics import exact
 from tests.helpers.config import compose_config
@@ -24,7 +24,7 @@ def _trained(overrides, backend):
     state = init_state(experiment.problem, 0, jnp.ones((6,), jnp.int8))
     shardings = mesh.shard_state(state, layout)
     state = jax.device_put(state, shardings)
-    step = loop.compile_step(experiment, state, shardings, layout)
+    step = ground_state.compile_step(experiment, state, shardings, layout)
     for _ in range(3):
         state, _ = step(state)
     return experiment, layout, shardings, step, state
