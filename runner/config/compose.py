@@ -169,7 +169,7 @@ def _base(loader, lines, heads=None):
 
     cfg = hydra_compose(CONFIG_NAME, overrides=lines, return_hydra_config=True)
     choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()
-               if "/" not in k or k.partition("/")[0] in cfg}  # a nested group's (task/integrator), not Hydra's
+               if "/" not in k or k.partition("/")[0] not in ("hydra", "")}  # a nested group's (task/integrator)
     with open_dict(cfg):
         del cfg["hydra"]
     listed = set(loader.list_groups("")) - {"hydra"} - set(choices)
