@@ -19,7 +19,9 @@ def describe(group: dict) -> str:
     group = dict(group)
     name = str(group.pop("_target_", group.pop("name", "?"))).rpartition(".")[2]
 
-    def short(value):  # a graph's edge list or a Pauli sum's terms: their length only
+    def short(value):  # a nested node by its constructor; a graph's edge list or a Pauli sum's terms: their length
+        if isinstance(value, dict) and "_target_" in value:
+            return describe(value)
         return f"[{len(value)} items]" if isinstance(value, (list, dict)) and len(str(value)) > 60 else value
 
     return f"{name}(" + ", ".join(f"{k}={short(v)}" for k, v in group.items() if v is not None) + ")"
@@ -53,17 +55,6 @@ def _sample_count(sampler) -> str:
     return f"{sampler.n_samples} samples over {sampler.n_chains} chains"
 
 
-FIXED_STEP = ("euler", "heun", "rk4")  # integrators without error control
-ADAPTIVE_KEYS = ("atol", "rtol", "dt_min", "dt_max")
-
-
-def _used(task: dict) -> dict:
-    """The task's keys its run uses: a fixed-step integrator's dynamics has no tolerances or step bounds."""
-    if task.get("name") == "dynamics" and task.get("integrator") in FIXED_STEP:
-        return {k: v for k, v in task.items() if k not in ADAPTIVE_KEYS}
-    return task
-
-
 def log_header(experiment, layout, config: dict):
     """Logs what is about to run: the task (unless a ground state), lattice, Hamiltonian (and its
     energies' unit), model (its parameter count and evaluation
@@ -84,7 +75,7 @@ def log_header(experiment, layout, config: dict):
     task = config.get("task") or {"name": "ground_state"}
     dynamics = task.get("name") == "dynamics"  # uses no optimizer, preconditioner, n_iter or checkpoint_every
     lines = [
-        *([] if task.get("name") == "ground_state" else [f"task: {describe(_used(task))}"]),
+        *([] if task.get("name") == "ground_state" else [f"task: {describe(task)}"]),
         (f"lattice: {describe(config['hilbert'])}: {hilbert.n_sites} sites, {len(hilbert.bonds)} bonds, "
          f"{len(hilbert.next_bonds)} next bonds, {hilbert.n_states} basis states"),
         f"hamiltonian: {describe(config['hamiltonian'])}; energies in {energy_unit(config['hamiltonian'].get('_target_'))}",
