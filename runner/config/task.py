@@ -10,7 +10,6 @@ from runner.errors import ConfigError, require_choice, require_int, require_numb
 GROUND_STATE, DYNAMICS, EXCITED = "ground_state", "dynamics", "excited"
 ADAPTIVE = ("rk23", "rk45")  # the integrators with step control (conf/task/integrator/)
 INITIAL_STATES = ("plus_x", "init_from")
-EXCITED_KEYS = ("name", "n_states")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +51,8 @@ class Dynamics:
         return times
 
 
-DYNAMICS_KEYS = tuple(f.name for f in dataclasses.fields(Dynamics))
+# Each task's keys: `name` and its type's fields (the constructor's arguments).
+TYPES = {GROUND_STATE: GroundState, DYNAMICS: Dynamics, EXCITED: Excited}
 NODES = ("integrator", "equation")  # the keys of task=dynamics that are `_target_` nodes
 # The keys of task=dynamics before the integrator and the equation of motion were nodes, with today's.
 FLAT_KEYS = {"dt": "integrator.dt", "atol": "integrator.atol", "rtol": "integrator.rtol",
@@ -76,7 +76,7 @@ def read(node, instantiate) -> GroundState | Dynamics | Excited:
     if not isinstance(node, dict):
         raise ConfigError("task", f"must be a config group such as task=dynamics (got {node!r})")
     name = require_choice("task.name", node.get("name"), (GROUND_STATE, DYNAMICS, EXCITED))
-    keys = {GROUND_STATE: ("name",), DYNAMICS: ("name", *DYNAMICS_KEYS), EXCITED: EXCITED_KEYS}[name]
+    keys = ("name", *(f.name for f in dataclasses.fields(TYPES[name])))
     unknown = sorted(set(node) - set(keys))
     if unknown:
         instead = f"task.{FLAT_KEYS[unknown[0]].replace('task/', '')}" if name == DYNAMICS and unknown[0] in FLAT_KEYS else None
