@@ -112,6 +112,14 @@ def test_old_overrides_read_in_todays_spelling():
     assert upgraded_overrides(["task.dt=0.02", "task.atol=1e-4"]) == ["task.integrator.dt=0.02"]  # rk4: no atol
 
 
+def test_cli_refuses_the_flat_spelling_in_one_sentence(tmp_path, repo):
+    """task.dt (before the integrator was a node): exit 2 naming today's key, before a run directory exists."""
+    proc = run_cli(["task=dynamics", "task.dt=0.02", f"hydra.run.dir={tmp_path / 'run'}"], cwd=repo)
+    assert proc.returncode == 2, proc.stderr
+    assert "Config error: task.dt is not a key of task=dynamics; it is task.integrator.dt now" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow
 def test_cli_refuses_plus_x_for_a_model_that_cannot_be_uniform(tmp_path, repo):
     """An odd spin-flip parity projects the uniform state to zero: exit 2 with one sentence, before compiling."""
