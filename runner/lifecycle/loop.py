@@ -180,14 +180,8 @@ def run(task: Task, experiment, layout, run_dir: Path, resuming: bool, *, stop: 
 
 def _units(task: Task, experiment, layout, begun: Begun, *, run_dir: Path, records: RecordLog, stop: StopRequest,
            started: float) -> Ended:
-    """Compiles the task's programs and runs its units from `begun.done` to `begun.n_units`.
-
-    Stops early when a unit fails ("failed": the state of that unit is dropped; the task's `record`
-    judges), or on a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a
-    checkpoint where the run got to: between units, or within one). A checkpoint is saved every
-    `begun.checkpoint_every` units and after the last.
-    """
-    settings = experiment.settings
+    """Compiles the task's programs and runs its units from `begun.done` to `begun.n_units`
+    (`_through`); a stop signal before or during compilation ends the run before its first unit."""
 
     def ending(state, status, reason, program=None, times=()):
         return Ended(begun, program, state, status, reason, records.records, list(times), started)
@@ -200,49 +194,54 @@ def _units(task: Task, experiment, layout, begun: Begun, *, run_dir: Path, recor
     if pending and stop.requested():  # during compilation
         program.close()
         return ending(state, *_stopped_before_first(stop, begun.unit), program)
-    status, reason, times = "completed", None, []
+    times = []
+    state, status, reason = _through(task, experiment, begun, program, state, times, run_dir=run_dir,
+                                     records=records, stop=stop, started=started)
+    program.close()
+    return ending(state, status, reason, program, times)
+
+
+def _through(task, experiment, begun: Begun, program: Program, state, times: list, *, run_dir, records, stop,
+             started) -> tuple:
+    """(state, status, reason) after the units from `begun.done` on, each unit's seconds appended to
+    `times`. Stops early when a unit fails ("failed": the state of that unit is dropped; the task's
+    `record` judges), or on a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a
+    checkpoint where the run got to: between units, or within one). A checkpoint is saved every
+    `begun.checkpoint_every` units and after the last."""
+    settings, t = experiment.settings, time.perf_counter()
     last_good = begun.done if begun.done > 0 else None  # the newest checkpoint this run can fall back on
-    t = time.perf_counter()
     for unit in program.units(state, begun.done, stop):
-        now = time.perf_counter()
-        times.append(now - t)
-        t = now
+        times.append(time.perf_counter() - t)
+        t = time.perf_counter()
         if unit.stopped:  # within the unit: its checkpoint holds where it got to
-            label = begun.save(run_dir, unit.state, settings, unit.index)
-            stop.checkpoint_saved(label)
-            state, status = unit.state, stop.status
-            reason = (f"{stop.describe()} received; stopped at {program.where(unit.state, unit.index)} between "
-                      f"{begun.unit}s after saving a checkpoint")
-            break
+            stop.checkpoint_saved(begun.save(run_dir, unit.state, settings, unit.index))
+            return unit.state, stop.status, (f"{stop.describe()} received; stopped at "
+                                             f"{program.where(unit.state, unit.index)} between {begun.unit}s after "
+                                             "saving a checkpoint")
         failure = unit.failure
         if failure is None:
             record, failure = task.record(experiment, unit, records.records)
             record["wall_time"] = time.perf_counter() - started
             records.append(record, unit.index)
         if failure is not None:
-            status, reason = "failed", failure
             kept = (f"the last good checkpoint is {begun.unit} {last_good}" if last_good is not None
                     else "no checkpoint was written (the run starts over when run again)")
-            log.error("%s; stopping, %s", reason, kept)
-            break
+            log.error("%s; stopping, %s", failure, kept)
+            return state, "failed", failure
         state, done = unit.state, unit.index + 1
         program.show(unit, record)
-        last = done == begun.n_units
-        saved = last or done % begun.checkpoint_every == 0
-        if saved:
-            label = begun.save(run_dir, state, settings, done)
-            last_good = done
-        if last:
+        saved = done == begun.n_units or done % begun.checkpoint_every == 0
+        label = begun.save(run_dir, state, settings, done) if saved else None
+        last_good = done if saved else last_good
+        if done == begun.n_units:
             break
         if stop.requested():
             log.warning("%s received: saving a checkpoint at %s", stop.describe(), program.where(state, done))
-            label = label if saved else begun.save(run_dir, state, settings, done)
-            stop.checkpoint_saved(label)  # only now may a second Ctrl-C's sentence and the summary say so
-            status = stop.status
-            reason = f"{stop.describe()} received; stopped at {program.where(state, done)} after saving a checkpoint"
-            break
-    program.close()
-    return ending(state, status, reason, program, times)
+            stop.checkpoint_saved(label if saved else begun.save(run_dir, state, settings, done))
+            # only now may a second Ctrl-C's sentence and the summary say so
+            return state, stop.status, (f"{stop.describe()} received; stopped at {program.where(state, done)} after "
+                                        "saving a checkpoint")
+    return state, "completed", None
 
 
 def _stopped_before_first(stop: StopRequest, unit: str) -> tuple[str, str]:
