@@ -110,7 +110,9 @@ def _regularised_inverse(lambda_P, snr_P, equation: TDVP):
     """1 / lambda_k, damped softly below rcond * lambda_max and below snr_cutoff (module
     docstring); 0 for eigenvalues under the dtype's epsilon times lambda_max."""
     top = jnp.maximum(lambda_P[-1], jnp.finfo(lambda_P.dtype).tiny)
-    relative_P = lambda_P / top
+    # Divided by an array, not a broadcast scalar: XLA rewrites x / broadcast(b) into
+    # x * broadcast(1 / b) in some programs and not in others (1 against 2 devices), which changes bits.
+    relative_P = lambda_P / jax.lax.optimization_barrier(jnp.broadcast_to(top, lambda_P.shape))
     kept_P = relative_P > jnp.finfo(lambda_P.dtype).eps
     safe_P = jnp.where(kept_P, relative_P, 1.0)
     damping_P = 1.0 / (1.0 + (equation.rcond / safe_P) ** 6)
