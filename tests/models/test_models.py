@@ -542,7 +542,7 @@ def test_grid_conv_is_the_sum_over_the_neighbour_table(grid, dtype, form):
     if jnp.iscomplexobj(jnp.zeros((), dtype)):
         h, kernel = h + 1j * rng.normal(size=h.shape), kernel + 1j * rng.normal(size=kernel.shape)
     h, kernel = jnp.asarray(h, dtype), jnp.asarray(kernel, dtype)
-    conv = grid_conv(shape, kernel_size, pbc, form)
+    conv = jax.jit(grid_conv(shape, kernel_size, pbc, form))  # compiled once, not op by op
     tol = 1e-12 if jnp.finfo(dtype).bits == 64 else 2e-5
 
     table = neighbour_table(shape, kernel_size, pbc)
@@ -552,6 +552,7 @@ def test_grid_conv_is_the_sum_over_the_neighbour_table(grid, dtype, form):
     assert conv(h, kernel).dtype == dtype
     np.testing.assert_allclose(conv(h, kernel), expected, rtol=tol, atol=tol)
 
+    @jax.jit
     def per_sample_grad(conv_kernel, x):
         return jax.vmap(jax.grad(lambda k, x: jnp.sum(jnp.real(conv(x, k)) * jnp.arange(c_out))),
                         in_axes=(None, 0))(conv_kernel, x)
