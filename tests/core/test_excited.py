@@ -194,45 +194,6 @@ def test_a_full_sum_of_the_local_matrix_is_its_dense_mean():
     assert np.all(halves.energy_errors > 0)
 
 
-@pytest.mark.slow
-def test_nes_training_by_the_vmc_step_reaches_the_lowest_levels():
-    """The ordinary VMC step (Metropolis, SR) on the copies' space and Hamiltonian with a
-    Determinant of complex RBMs reaches the three lowest levels of the TFIM chain (L=6, h=0.5,
-    where the two lowest are 7e-3 apart) in 300 steps, each within 2.5e-3 relative; the small gap
-    within 3 of its error bars, the large one within 1 %."""
-    import dataclasses
-
-    import optax
-
-    from models.rbm import RBM
-    from runner.config.build import build
-    from runner.core import precond
-    from runner.core import sampler as samplers
-    from runner.core.vmc import init_state, vmc_step
-    from tests.helpers.config import compose_config
-
-    n, K = 6, 3
-    space = hb.chain(n)
-    ham = hamiltonians.ising(space, h=0.5)
-    exact = np.linalg.eigvalsh(pauli.to_sparse(ham, hb.all_states(space)).toarray())[:K]
-    model = Determinant(RBM(alpha=2, param_dtype=jnp.complex128), n_states=K)
-    problem = dataclasses.replace(
-        build(compose_config([f"hilbert.L={n}", "dtype=complex128", "exact=false"])).problem,
-        hamiltonian=replicas.hamiltonian(ham, K), model=model,
-        sampler=samplers.metropolis_local(replicas.hilbert(space, K), n_samples=1024, n_chains=16),
-        optimizer=optax.sgd(0.02), precondition=precond.sr(diag_shift=0.01, solver="cholesky"))
-    state = init_state(problem, 0, jnp.ones((n * K,), jnp.int8))
-    step = jax.jit(lambda s: vmc_step(problem, s)[0])
-    for _ in range(300):
-        state = step(state)
-    _, sigma, _ = jax.jit(lambda s: samplers.sample(problem.sampler, problem.amplitude, s.params, s.chains))(state)
-    found = excited.levels(excited.local_matrices(ham, _each(model), state.params, sigma, K))
-    assert np.all(np.abs(found.energies - exact) < 2.5e-3 * np.abs(exact)), (found.energies, exact)
-    gaps = exact[1:] - exact[0]
-    assert abs(found.gaps[0] - gaps[0]) < 3 * found.gap_errors[0], found
-    assert abs(found.gaps[1] - gaps[1]) < 1e-2 * gaps[1], found
-
-
 def test_state_expectations_are_those_of_the_ritz_states_in_the_span():
     """Over every product configuration weighted by |det Psi|^2, each state's <O> is that of the
     Rayleigh-Ritz eigenvector of H in the span of K arbitrary states (dense generalised eigenproblem),
