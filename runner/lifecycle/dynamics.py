@@ -118,19 +118,18 @@ class Compiled(NamedTuple):
     seconds: float  # compiling them took
 
 
-def _begin_fn(experiment):
-    """(params, chains) -> the DynamicsState at t = 0 (the integrator's start)."""
-    task = experiment.settings.task
-    f = time_derivative(experiment.problem, task.equation)
-    return lambda params, chains: start(task.integrator, f, params, chains)
+def _begin_fn(experiment, f):
+    """(params, chains) -> the DynamicsState at t = 0 (the integrator's start, f its time derivative)."""
+    return lambda params, chains: start(experiment.settings.task.integrator, f, params, chains)
 
 
-def compile_run(experiment, layout, initial: Initial, initial_shardings) -> Compiled:
-    """Compiles the start, the advance to a (traced) end time and the measurement for `layout`."""
+def compile_run(experiment, layout, initial: Initial, initial_shardings, f=None, begin=None) -> Compiled:
+    """Compiles the start, the advance to a (traced) end time and the measurement for `layout`; `f`
+    and `begin`: the time derivative and the start already traced for the state's shape (None: new)."""
     problem, task = experiment.problem, experiment.settings.task
-    f = time_derivative(problem, task.equation)
+    f = time_derivative(problem, task.equation) if f is None else f
     integrator = task.integrator
-    begin = _begin_fn(experiment)
+    begin = _begin_fn(experiment, f) if begin is None else begin
 
     def advance(state, t_end):
         return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end,
@@ -175,6 +174,8 @@ class Context(NamedTuple):
     initial_shardings: Initial
     times: list  # the saved times
     exact: dict | None  # `exact_trajectory`'s result
+    f: Any  # the time derivative (`runner.core.tdvp.time_derivative`), traced once for the run
+    begin: Any  # (params, chains) -> the state at t = 0
 
 
 def save(run_dir: Path, state, settings, done: int) -> int:
@@ -190,8 +191,10 @@ def init(experiment, layout, run_dir: Path, resuming: bool, sweep_dir=None) -> l
     settings, task = experiment.settings, experiment.settings.task
     times = task.save_times()
     initial, initial_shardings = _initial(experiment, layout)
+    f = time_derivative(experiment.problem, task.equation)
+    begin = _begin_fn(experiment, f)
     with mesh.activate(layout):
-        shape = jax.eval_shape(_begin_fn(experiment), *initial)
+        shape = jax.eval_shape(begin, *initial)
     shardings = mesh.shard_state(shape, layout, chain_paths=("carry",))
     state, done = None, 0  # fresh: the compiled start makes the state at t = 0
     if resuming:
@@ -201,14 +204,14 @@ def init(experiment, layout, run_dir: Path, resuming: bool, sweep_dir=None) -> l
         log.info("resumed from the checkpoint at t = %.6g", float(state.integrator.t))
     exact = exact_trajectory(experiment, mesh.to_host(initial.params), times)
     return loop.Begun(state, shardings, done, len(times), rundir.TRAJECTORY, 1, "saved time", save,
-                      Context(initial, initial_shardings, times, exact))
+                      Context(initial, initial_shardings, times, exact, f, begin))
 
 
 def compile(experiment, layout, begun: loop.Begun) -> loop.Program:  # noqa: A001 (the task's shape)
     """The compiled start, advance and measurement; the units are the saved times, each advanced to
     (`advance_to`, looking for a stop signal between calls) and measured."""
     context = begun.context
-    compiled = compile_run(experiment, layout, context.initial, context.initial_shardings)
+    compiled = compile_run(experiment, layout, context.initial, context.initial_shardings, context.f, context.begin)
     times = context.times
 
     def units(state, first, stop):

@@ -25,12 +25,21 @@ def exact_spectrum(experiment):
     solver runs on a lattice with a space group whose symmetry the Hamiltonian has, and the model
     has a sector or the space holds at most SPECTRUM_MAX_STATES states; else None. With
     `model.sector: auto` it is the spectrum the build resolved the sector from, not a second one
-    (`runner.physics.spectrum.spectrum` keeps it for the same Hamiltonian and space)."""
+    (`runner.physics.spectrum.spectrum` keeps it for the same Hamiltonian and space). Computed on
+    process 0 and sent to the others (a collective where it applies)."""
     hilbert = experiment.hilbert
     if not wants_exact(experiment.settings.exact, hilbert) or hilbert.space_group is None:
         return None
     if experiment.sector is None and hilbert.n_states > SPECTRUM_MAX_STATES:
         return None
+    if distributed.process_count() > 1:
+        return distributed.broadcast_object(_spectrum(experiment) if distributed.is_main() else None)
+    return _spectrum(experiment)
+
+
+def _spectrum(experiment):
+    """`exact_spectrum`'s value, computed here."""
+    hilbert = experiment.hilbert
     try:
         result = spectrum.spectrum(experiment.hamiltonian, hilbert)
     except ValueError as err:  # a Hamiltonian without the lattice's symmetry has no sectors

@@ -223,6 +223,20 @@ def allgather(x_host):
     return multihost_utils.process_allgather(x_host)
 
 
+def broadcast_object(x):
+    """Process 0's `x` (any picklable value; ignored on the others) on every process: process 0
+    computes what every process needs (an exact spectrum), the others receive it."""
+    import pickle
+
+    from jax.experimental import multihost_utils
+
+    data = np.frombuffer(pickle.dumps(x), np.uint8) if is_main() else np.zeros(0, np.uint8)
+    size = int(np.asarray(multihost_utils.broadcast_one_to_all(np.array([data.size], np.int32)))[0])
+    padded = np.zeros(size, np.uint8)
+    padded[:data.size] = data
+    return pickle.loads(np.asarray(multihost_utils.broadcast_one_to_all(padded), np.uint8).tobytes())
+
+
 def broadcast_float(x: float) -> float:
     """Process 0's `x` on every process, bit for bit (as two uint32 words: x64 may be off)."""
     from jax.experimental import multihost_utils

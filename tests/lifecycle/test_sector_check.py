@@ -57,3 +57,28 @@ def test_a_sweep_s_points_share_a_spectrum_and_another_hamiltonian_gets_its_own(
     other = build(_config([*KAGOME_AUTO, "hamiltonian.J2=0.1"]))
     ours, theirs = sector_check.exact_spectrum(first), sector_check.exact_spectrum(other)
     assert len(matrices) == len(theirs[0].levels) and ours[0].levels != theirs[0].levels
+
+
+def test_with_several_processes_process_0_computes_the_spectrum_and_sends_it(monkeypatch):
+    """Process 0 diagonalises; another process computes nothing and receives process 0's spectrum
+    (`distributed.broadcast_object`, here with the broadcast standing in for the collective)."""
+    from runner.parallel import distributed
+
+    experiment = build(_config([*KAGOME_AUTO[:-2], "model.sector=null", "exact=auto"]))
+    monkeypatch.setattr(spectrum, "_calls", [])
+    expected = sector_check.exact_spectrum(experiment)
+    sent = []
+    monkeypatch.setattr(distributed, "process_count", lambda: 2)
+    monkeypatch.setattr(distributed, "broadcast_object", lambda x: sent.append(x) or expected)
+    monkeypatch.setattr(distributed, "is_main", lambda: False)
+    computed = _counted(monkeypatch, sector_check, "_spectrum")
+    assert sector_check.exact_spectrum(experiment) == expected and computed == [] and sent == [None]
+    monkeypatch.setattr(distributed, "is_main", lambda: True)
+    assert sector_check.exact_spectrum(experiment) == expected and len(computed) == 1 and sent[1] == expected
+
+
+def test_broadcast_object_on_one_process_is_the_object():
+    from runner.parallel import distributed
+
+    value = {"levels": [1.5, -2.0], "name": "k=(0,0)"}
+    assert distributed.broadcast_object(value) == value
