@@ -74,3 +74,23 @@ def start_distributed(overrides, run_dir, port, n_proc=2, devices=2):
 # (tests/conftest.py) filled by the suite, two CPU processes that load their programs from it can hang
 # in their first collective (heis_complex_exchange_minsr, docs/notes/tests.md 2026-12-02).
 UNCACHED = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+
+
+def on_one_and_four_devices(fn, tree):
+    """fn(tree) jitted under a mesh of 1 device and under one of 4 (`jax.set_mesh`, as the runner
+    compiles), every leaf of `tree` under a `chains` field split over the devices and the others
+    replicated (`runner.parallel.mesh.shard_state`): (the outputs on 1, on 4) as NumPy trees."""
+    outs = []
+    for n in (1, 4):
+        layout = mesh.Layout(Mesh(np.asarray(jax.devices()[:n]), (mesh.CHAIN_AXIS,)))
+        placed = jax.device_put(tree, mesh.shard_state(tree, layout))
+        with jax.set_mesh(layout.mesh):
+            outs.append(jax.tree_util.tree_map(np.asarray, jax.jit(fn)(placed)))
+    return outs
+
+
+def assert_same_bits(got, want):
+    """Every leaf of two output trees bitwise equal (NaN where NaN), the trees alike."""
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for i, (a, b) in enumerate(zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want))):
+        np.testing.assert_array_equal(a, b, err_msg=f"leaf {i}")
