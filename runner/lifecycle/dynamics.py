@@ -22,7 +22,7 @@ from runner.core.sampler import init_chains, random_state
 from runner.core.tdvp import DynamicsState, parameter_derivative, start, time_derivative
 from runner.diagnostics import health
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, loop, rundir, warm_start
+from runner.lifecycle import checkpoint, loop, programs, rundir, warm_start
 from runner.lifecycle.dynamics_exact import exact_trajectory, max_abs_errors
 from runner.lifecycle.preemption import StopRequest
 from runner.outputs import trajectory_plot
@@ -144,12 +144,13 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings, f=None,
     with mesh.activate(layout):
         shape = jax.eval_shape(begin, *initial)
         shardings = mesh.shard_state(shape, layout, chain_paths=("carry",))
-        begin_c = jax.jit(begin, in_shardings=tuple(initial_shardings), out_shardings=shardings).lower(*initial).compile()
+        begin_c = jax.jit(begin, in_shardings=tuple(initial_shardings), out_shardings=shardings).lower(*initial)
         t_end = jax.ShapeDtypeStruct((), shape.integrator.t.dtype)
         advance_c = jax.jit(advance, in_shardings=(shardings, layout.replicated), out_shardings=shardings) \
-            .lower(shape, t_end).compile()
+            .lower(shape, t_end)
         measure_c = jax.jit(measured, in_shardings=(shardings,), out_shardings=(shardings, layout.replicated)) \
-            .lower(shape).compile()
+            .lower(shape)
+        begin_c, advance_c, measure_c = (programs.compiled(p, layout) for p in (begin_c, advance_c, measure_c))
     return Compiled(begin_c, advance_c, measure_c, shardings, time.perf_counter() - t)
 
 

@@ -23,7 +23,7 @@ from runner.core.stats import statistics
 from runner.core.wavefunction import apply_model
 from runner.diagnostics import sectors
 from runner.errors import ConfigError
-from runner.lifecycle import ground_state, loop, rundir, sector_check
+from runner.lifecycle import ground_state, loop, programs, rundir, sector_check
 from runner.lifecycle.finish import write_files as finish_files
 from runner.lifecycle.load import Trained
 from runner.outputs.summary import Outcome, Timings, finite, relative_error, report, summarise, v_score
@@ -132,8 +132,9 @@ def final_estimate(experiment, state, shardings, layout, sweeps: int) -> tuple[d
     """(the trace's metrics, the levels' fields `level_fields`) at `state`'s parameters."""
     fn = functools.partial(final_matrices, experiment, n_rounds=experiment.settings.final_rounds, sweeps=sweeps)
     with mesh.activate(layout):
-        compiled = jax.jit(lambda s: fn(s)[1], in_shardings=(shardings,),
-                           out_shardings=(layout.replicated, layout.replicated)).lower(state).compile()
+        lowered = jax.jit(lambda s: fn(s)[1], in_shardings=(shardings,),
+                          out_shardings=(layout.replicated, layout.replicated)).lower(state)
+    compiled = programs.compiled(lowered, layout)
     matrices, trace = mesh.to_host(compiled(state))
     fields = level_fields(np.asarray(matrices[0]), experiment.hilbert.n_sites)
     if experiment.observables is not None:

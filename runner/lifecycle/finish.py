@@ -23,7 +23,7 @@ from runner.core.estimate import (
     reduce_rounds,
 )
 from runner.diagnostics import peaks
-from runner.lifecycle import rundir, sweep_cache
+from runner.lifecycle import programs, rundir, sweep_cache
 from runner.outputs.plot import plot_energy
 from runner.outputs.summary import finite
 from runner.parallel import distributed, mesh
@@ -96,8 +96,9 @@ def compile_final_estimate(experiment, state, shardings, layout, sweeps: int):
         fn = functools.partial(estimate, problem, n_rounds=settings.final_rounds)
     else:  # the energy and the observables from the same samples
         fn = functools.partial(observe.estimate, problem, obs, n_rounds=settings.final_rounds)
-    return jax.jit(lambda s: fn(burn_in(problem, s, sweeps)), in_shardings=(shardings,),
-                   out_shardings=(shardings.chains, layout.replicated)).lower(state).compile()
+    lowered = jax.jit(lambda s: fn(burn_in(problem, s, sweeps)), in_shardings=(shardings,),
+                      out_shardings=(shardings.chains, layout.replicated)).lower(state)
+    return programs.compiled(lowered, layout)
 
 
 def estimate_rounds(experiment) -> Rounds:

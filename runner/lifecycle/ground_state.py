@@ -19,7 +19,7 @@ from runner.core.problem import draw
 from runner.core.vmc import full_sum_invariance_error, init_state, update_step, vmc_step
 from runner.diagnostics import health
 from runner.errors import ConfigError
-from runner.lifecycle import loop, rundir, sector_check, warm_start
+from runner.lifecycle import loop, programs, rundir, sector_check, warm_start
 from runner.lifecycle.finish import Exact, conclude, exact_ground, write_files
 from runner.outputs.summary import Outcome, Timings, finite, report, summarise
 from runner.parallel import mesh
@@ -68,15 +68,17 @@ def compile_step(experiment, state, shardings, layout) -> CompiledStep:
     with mesh.activate(layout):
         if not draws_estimate_samples(problem):
             step = functools.partial(vmc_step, problem, observe=observer)
-            return CompiledStep(None, jax.jit(step, in_shardings=(shardings,),
-                                              out_shardings=(shardings, layout.replicated)).lower(state).compile())
+            lowered = jax.jit(step, in_shardings=(shardings,),
+                              out_shardings=(shardings, layout.replicated)).lower(state)
+            return CompiledStep(None, programs.compiled(lowered, layout))
         drawn = jax.eval_shape(functools.partial(draw, problem), state.params, state.chains)
         drawn_shardings = mesh.shard_by_rank(drawn, layout)
         draw_fn = jax.jit(functools.partial(draw, problem), in_shardings=(shardings.params, shardings.chains),
-                          out_shardings=drawn_shardings).lower(state.params, state.chains).compile()
+                          out_shardings=drawn_shardings).lower(state.params, state.chains)
         update = functools.partial(update_step, problem, observe=observer)
         update_fn = jax.jit(update, in_shardings=(shardings, drawn_shardings),
-                            out_shardings=(shardings, layout.replicated)).lower(state, drawn).compile()
+                            out_shardings=(shardings, layout.replicated)).lower(state, drawn)
+        draw_fn, update_fn = programs.compiled(draw_fn, layout), programs.compiled(update_fn, layout)
     return CompiledStep(draw_fn, update_fn)
 
 

@@ -41,6 +41,11 @@ def make_mesh(backend: str) -> Layout:
     return Layout(Mesh(np.asarray(devices), (CHAIN_AXIS,)))
 
 
+def device_ids(layout: Layout) -> tuple:
+    """The ids of the layout's devices in mesh order (with a program's text, what its executable is for)."""
+    return tuple(int(d.id) for d in np.ravel(layout.mesh.devices))
+
+
 def check_chains(n_chains: int, layout: Layout) -> None:
     """Chains are split evenly over devices; refuse anything else instead of rounding."""
     if n_chains % layout.n_devices:

@@ -3,6 +3,7 @@ same numbers on 1 and 4 devices, one trace of the time derivative per run, the p
 
 import json
 import signal
+import time
 from types import SimpleNamespace
 
 import flax.linen as nn
@@ -14,14 +15,14 @@ import scipy.linalg
 
 from models import Jastrow
 from runner import api, app, evaluate
-from runner.config.build import build
+from runner.config.build import build, instantiate
 from runner.config.task import read
 from runner.core import precond
 from runner.core import sampler as smp
 from runner.core.problem import Problem
 from runner.diagnostics import health
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, load, preemption
+from runner.lifecycle import checkpoint, load, loop, preemption
 from runner.lifecycle import dynamics as dyn
 from runner.parallel import mesh
 from runner.physics import hamiltonians
@@ -178,7 +179,8 @@ def test_a_stop_between_saved_times_checkpoints_there_and_resumes_bit_for_bit(tm
     experiment = build(compose_config(overrides))
     (tmp_path / "parts").mkdir()
     stop = StopAfterSaved(tmp_path / "parts", index=1, looks=3)
-    stopped = dyn.execute(experiment, mesh.make_mesh("single"), tmp_path / "parts", False, stop=stop)
+    stopped = loop.run(dyn.TASK, experiment, mesh.make_mesh("single"), tmp_path / "parts", False, stop=stop,
+                       started=time.perf_counter())
     assert stopped["status"] == "preempted" and stop.saved == 1
     meta = checkpoint.read_meta(tmp_path / "parts" / "checkpoint")
     assert meta["step"] == 1 and 0.1 < meta["t"] < 0.2, meta
@@ -285,7 +287,7 @@ class Tilted(nn.Module):
 
 def _experiment(model, initial_state="plus_x"):
     lattice = hb.chain(4)
-    task = read({**compose_config(["task=dynamics"])["task"], "initial_state": initial_state})
+    task = read({**compose_config(["task=dynamics"])["task"], "initial_state": initial_state}, instantiate)
     problem = Problem(hamiltonians.ising(lattice, J=1.0, h=1.0), model, smp.full_sum(lattice, n_chains=2), None,
                       precond.none())
     return SimpleNamespace(settings=SimpleNamespace(task=task, seed=0), problem=problem, hilbert=lattice)
