@@ -260,20 +260,6 @@ def test_measure_rounds_join_consecutive_draws():
     assert abs(metrics["obs/mx"] - mx) < 4 * metrics["obs/mx_error"]
 
 
-@pytest.mark.slow
-def test_one_and_four_devices_give_the_same_run(tmp_path):
-    """Sampled chains sharded over 4 fake CPU devices give the run of one device: the chains bit
-    for bit, the floats to 1e-10 relative, 1e-13 absolute (the regularised inverse of S's
-    eigenvalues, elementwise on a replicated vector, differs in the last bit between the two
-    compiled programs; the residual at t = 0 is zero up to round-off)."""
-    devices = jax.devices()
-    assert len(devices) >= 4
-    for n in (1, 4):
-        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
-        run([*SAMPLED, "task.t_end=0.2", "parallel=sharded"], tmp_path / f"devices{n}", layout)
-    assert_same_run(tmp_path / "devices4", tmp_path / "devices1", rtol=1e-10)
-
-
 class Tilted(nn.Module):
     """log psi = s.w + 0.1 s_0: not uniform when every parameter is zero."""
 

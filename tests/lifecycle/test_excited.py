@@ -4,7 +4,6 @@ local matrices of exact eigenstates."""
 
 import json
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -157,26 +156,6 @@ def test_resume_continues_bit_for_bit(tmp_path):
     assert got.keys() == want.keys()
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-
-
-@pytest.mark.slow
-def test_one_and_four_devices_give_the_same_levels(tmp_path):
-    """Chains sharded over 4 fake CPU devices give the samples of one device bit for bit (the
-    acceptances), and its metrics and levels to 1e-12 relative: the determinant's elimination
-    (models.small_linalg) is not bitwise the same in the two programs (docs/notes/excited-states.md)."""
-    devices = jax.devices()
-    assert len(devices) >= 4
-    found = {}
-    for n in (1, 4):
-        layout = mesh.Layout(jax.sharding.Mesh(np.asarray(devices[:n]), (mesh.CHAIN_AXIS,)))
-        found[n] = run([*TINY, "n_iter=5", "exact=false", "parallel=sharded"], tmp_path / f"devices{n}", layout)
-    got, want = metrics(tmp_path / "devices4"), metrics(tmp_path / "devices1")
-    assert [m["acceptance"] for m in got] == [m["acceptance"] for m in want]
-    assert [m.keys() for m in got] == [m.keys() for m in want]
-    for a, b in zip(got, want):
-        np.testing.assert_allclose([a[k] for k in b], [b[k] for k in b], rtol=1e-12, err_msg=str(b["step"]))
-    flat = lambda summary: np.array([x for level in levels_of(summary) for x in level])  # noqa: E731
-    np.testing.assert_allclose(flat(found[4]), flat(found[1]), rtol=1e-12)
 
 
 def _eigenstate_matrices(n_chains=4, n_samples=8, seed=0):
