@@ -24,14 +24,14 @@ def _numbers(records):
 
 def test_another_seed_reuses_the_programs_and_gives_the_same_numbers(tmp_path):
     programs.clear()
+    before = programs.counts["compiled"]
     _run(["seed=1"], tmp_path / "first")
-    compiled = programs.counts["compiled"]
-    reused = programs.counts["reused"]
+    compiled, reused = programs.counts["compiled"], programs.counts["reused"]
     second = _run(["seed=2"], tmp_path / "second")
-    assert programs.counts["compiled"] == compiled and programs.counts["reused"] - reused == compiled
+    assert programs.counts["compiled"] == compiled and programs.counts["reused"] - reused == compiled - before > 0
     programs.clear()
     again = _run(["seed=2"], tmp_path / "again")
-    assert programs.counts["compiled"] == 2 * compiled
+    assert programs.counts["compiled"] - compiled == compiled - before
     assert _numbers(again) == _numbers(second)
     assert json.loads((tmp_path / "again" / "summary.json").read_text())["energy"] == \
         json.loads((tmp_path / "second" / "summary.json").read_text())["energy"]
@@ -39,7 +39,7 @@ def test_another_seed_reuses_the_programs_and_gives_the_same_numbers(tmp_path):
 
 def test_another_problem_compiles_its_own_programs(tmp_path):
     programs.clear()
-    _run([], tmp_path / "first")
+    _run([], tmp_path / "first")  # the programs of this config, compiled or from an earlier test's run
     compiled = programs.counts["compiled"]
     _run(["hamiltonian.h=0.5"], tmp_path / "other")
     # the update (local energies of another H) is new; the draw of samples from psi is the same program

@@ -67,11 +67,11 @@ def test_warm_start_begins_at_the_source_final_energy(source, tmp_path):
 @pytest.mark.parametrize("chains", [False, True])
 def test_warm_start_places_the_source_parameters_and_optionally_its_chains(source, backend, chains):
     """The source ran on one device; the warm start may lay its state out over four."""
-    from runner.app import _place_state
+    from runner.lifecycle.ground_state import place_state
 
     experiment = built([f"init_from={source}", f"init_chains={str(chains).lower()}"])
     layout = mesh.make_mesh(backend)
-    cold, shardings = _place_state(experiment.problem, experiment.settings, layout)
+    cold, shardings = place_state(experiment.problem, experiment.settings, layout)
     warm = warm_start.warm_start(experiment, cold, shardings)
     stored = load.load(source).state
     for got, want in zip(jax.tree_util.tree_leaves(warm.params), jax.tree_util.tree_leaves(stored.params)):
