@@ -189,7 +189,7 @@ def save(run_dir: Path, state, settings, done: int) -> int:
 def init(experiment, layout, run_dir: Path, resuming: bool, sweep_dir=None) -> loop.Begun:
     """The initial state (plus_x or init_from's), the checkpoint's when resuming (`loop.restore`:
     ConfigError when it does not fit), and the exact dynamics where the space allows."""
-    settings, task = experiment.settings, experiment.settings.task
+    task = experiment.settings.task
     times = task.save_times()
     initial, initial_shardings = _initial(experiment, layout)
     f = time_derivative(experiment.problem, task.equation)
