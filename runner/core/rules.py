@@ -68,6 +68,33 @@ def exchange_rule(bonds) -> Rule:
     )
 
 
+def bond_groups(n_sites: int, bonds) -> int:
+    """How many groups the bonds join the sites into (connected components; a site without a bond
+    is one): exchange moves keep the number of up spins in each."""
+    root = np.arange(n_sites)
+
+    def find(i):
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    for i, j in np.asarray(bonds, np.int64).reshape(-1, 2):
+        root[find(i)] = find(j)
+    return len({find(i) for i in range(n_sites)})
+
+
+def exchange_issue(n_sites: int, bonds, copies: int = 1, n_up: int | None = None) -> str | None:
+    """Why the exchange rule cannot reach every configuration of the sector, or None: its bonds split
+    each copy's sites into groups (with 0 < n_up < sites per copy), between which no swap moves an up
+    spin, so a chain keeps the up spins of each group it started with."""
+    groups, width = bond_groups(n_sites, bonds), n_sites // copies
+    if groups <= copies or n_up is None or not 0 < n_up < width:
+        return None
+    return (f"swaps spins along bonds, which split the {width} sites into {groups // copies} groups: no chain "
+            "could move an up spin from one to another; join them by edges or use sampler=exact")
+
+
 def apply_move(sigma_N, sites_K, values_K):
     """sigma with sigma[sites] = values, written as selects: a scatter would keep XLA from
     compiling the Metropolis loop into a single kernel."""

@@ -19,12 +19,7 @@ import numpy as np
 from runner.core.full_sum import FULL_SUM_SYMMETRIES, FullSumSampler, orbits, symmetry_group
 
 # Names that moved out of this module, importable here until their callers import them from their new homes.
-from runner.core.rules import (
-    Rule,
-    apply_move,
-    exchange_rule,
-    local_rule,
-)
+from runner.core.rules import Rule, apply_move, exchange_issue, exchange_rule, local_rule
 from runner.core.stats import chain_max, chain_sum
 from runner.errors import ConfigError, require_int, require_number
 from runner.physics.hilbert import Hilbert, all_states
@@ -198,6 +193,9 @@ def metropolis_exchange(
             "sampler",
             "metropolis_exchange conserves Sz and needs hilbert.total_sz to be set (e.g. 0)",
         )
+    issue = exchange_issue(hilbert.n_sites, hilbert.bonds, hilbert.copies, hilbert.n_up)
+    if issue:
+        raise ConfigError("sampler", f"metropolis_exchange {issue}")
     return _metropolis(hilbert, exchange_rule(hilbert.bonds), n_samples=n_samples, n_chains=n_chains,
                        n_discard_per_chain=n_discard_per_chain, sweep_size=sweep_size, machine_pow=machine_pow)
 

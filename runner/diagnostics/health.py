@@ -2,6 +2,8 @@
 
 import statistics
 
+from scipy.stats import f as f_distribution
+
 from runner.core.full_sum import FullSumSampler
 from runner.core.sampler import ExactSampler
 from runner.diagnostics import sectors
@@ -9,6 +11,12 @@ from runner.diagnostics import sectors
 ACCEPTANCE_LOW = 0.02  # Metropolis chains that (almost) never move: samples are not independent
 ACCEPTANCE_HIGH = 0.98  # proposals (almost) always accepted: a flat or broken amplitude
 R_HAT_MAX = 1.1  # Gelman-Rubin split-chain statistic above which chains disagree
+FROZEN_ACCEPTANCE = 0.01  # mean Metropolis acceptance below which the chains count as frozen (check_frozen) ...
+FROZEN_R_HAT = 1.05  # ... or a split R-hat above this ...
+FROZEN_P = 1e-3  # ... that independent draws of as many samples per chain reach with at most this probability
+FROZEN_WINDOW = 10  # check_frozen judges the last 1/FROZEN_WINDOW of the steps ...
+FROZEN_MIN_STEPS = 3  # ... and at least this many (all of a shorter run's)
+UNRELIABLE = ("frozen_chains", "below_exact", "unsampled_weight")  # warnings that void the final energy
 BELOW_EXACT_SIGMAS = 3.0  # an energy this many error bars below the exact ground energy
 VARIANCE_RISE = 100.0  # final variance against its minimum over the run
 VARIANCE_RISE_LATE = 10.0  # median of the last eighth against the eighth before it
@@ -106,6 +114,73 @@ def check_r_hat(r_hat):
     if r_hat is None or not r_hat > R_HAT_MAX:
         return None
     return ("r_hat", f"split R-hat {r_hat:.3f} is above {R_HAT_MAX}: the chains have not mixed")
+
+
+def frozen_window(records: list[dict]) -> list[dict]:
+    """The steps `check_frozen` judges: the last tenth of the run, at least FROZEN_MIN_STEPS (all of a
+    shorter run's)."""
+    return records[-max(FROZEN_MIN_STEPS, -(-len(records) // FROZEN_WINDOW)):] if records else []
+
+
+def r_hat_chance(r_hat: float, samples_per_chain: int | None, n_chains: int | None) -> float:
+    """The probability that chains of independent draws, `samples_per_chain` each, give a split R-hat of
+    at least `r_hat`: with half-chains of n samples, n (R^2 - 1) + 1 is the ratio of the variance between
+    the halves' means to that within them, F-distributed with (H - 1, H (n - 1)) degrees of freedom
+    for H halves. 0 where the counts are unknown (the R-hat is then taken as it is). Short chains
+    scatter: 8 samples per chain of 16 chains give R-hat 1.05 with probability 0.1."""
+    n, halves = (samples_per_chain or 0) // 2, 2 * (n_chains or 0)
+    if n < 2 or halves < 2:
+        return 0.0
+    return float(f_distribution.sf(1.0 + n * (r_hat**2 - 1.0), halves - 1, halves * (n - 1)))
+
+
+def _disagree(r_hat, samples_per_chain, n_chains) -> bool:  # R-hat above FROZEN_R_HAT beyond chance
+    return r_hat is not None and r_hat > FROZEN_R_HAT and r_hat_chance(r_hat, samples_per_chain, n_chains) < FROZEN_P
+
+
+def check_frozen(records: list[dict], summary: dict, metropolis: bool, final_rounds: int = 1):
+    """Metropolis chains frozen over the last tenth of the run (`frozen_window`) or in the final estimate:
+    a mean acceptance below FROZEN_ACCEPTANCE (the window's steps', or the final estimate's), or a split
+    R-hat above FROZEN_R_HAT (the median of the window's steps', or the final estimate's) that independent
+    draws of as many samples reach with probability below FROZEN_P (`r_hat_chance`). The final energy
+    is then unreliable (`UNRELIABLE`). A full sum or the exact sampler is never frozen.
+
+    Args:
+        records: metrics.jsonl's records (`step`, `acceptance`, `r_hat`).
+        summary: the final estimate's `acceptance`, `r_hat`; `n_samples`, `n_chains` (a step's).
+        metropolis, final_rounds: the sampler is a Metropolis sampler; the final estimate's rounds.
+    """
+    if not metropolis:
+        return None
+    n_chains = summary.get("n_chains")
+    per_step = summary["n_samples"] // n_chains if summary.get("n_samples") and n_chains else None
+    window = frozen_window(records)
+    acceptance, r_hats = ([r[k] for r in window if r.get(k) is not None] for k in ("acceptance", "r_hat"))
+    mean, median = statistics.fmean(acceptance) if acceptance else None, statistics.median(r_hats) if r_hats else None
+    found = []
+    if mean is not None and mean < FROZEN_ACCEPTANCE:
+        found.append(f"the mean Metropolis acceptance was {mean:.3g} (below {FROZEN_ACCEPTANCE:g})")
+    if _disagree(median, per_step, n_chains):
+        found.append(f"the median split R-hat was {median:.3g} (above {FROZEN_R_HAT:g})")
+    if found:
+        found[0] = f"over the last {len(window)} steps ({window[0]['step']} to {window[-1]['step']}) " + found[0]
+    final_acceptance, final_r_hat = summary.get("acceptance"), summary.get("r_hat")
+    if final_acceptance is not None and final_acceptance < FROZEN_ACCEPTANCE:
+        found.append(f"the final estimate's acceptance was {final_acceptance:.3g} (below {FROZEN_ACCEPTANCE:g})")
+    if _disagree(final_r_hat, per_step and final_rounds * per_step, n_chains):
+        found.append(f"the final estimate's split R-hat was {final_r_hat:.3g} (above {FROZEN_R_HAT:g})")
+    if not found:
+        return None
+    return ("frozen_chains", f"frozen chains: {' and '.join(found)}; the chains do not mix, so the samples are not "
+            "from |psi|^2 and the final energy is unreliable (more sweeps per sample, an exchange of farther spins, "
+            "another seed or learning rate)")
+
+
+def unreliable(warnings: list[dict]) -> str | None:
+    """Why the final energy is not to be trusted: the messages of `warnings` named in UNRELIABLE,
+    joined; None when there is none (summary.json's `unreliable`)."""
+    reasons = [f"{w['name']}: {w['message']}" for w in warnings if w["name"] in UNRELIABLE]
+    return "; ".join(reasons) or None
 
 
 def check_below_exact(energy, energy_error, exact_energy):
@@ -289,17 +364,18 @@ def check_dynamics(records: list[dict], *, real_time: bool, metropolis: bool = T
 
 
 def check(summary: dict, records: list[dict], *, metropolis: bool = True,
-          cg_maxiter: int | None = None) -> list[dict]:
+          cg_maxiter: int | None = None, final_rounds: int = 1) -> list[dict]:
     """Every health warning of a run.
 
     Args:
         summary: summary.json's fields (`energy`, `energy_error`, `variance`, `acceptance`,
             `r_hat`, `exact_energy`, `relative_error`, `sector_relative_error`, `n_sites`,
-            `peak_check`; any may be None or missing).
-        records: metrics.jsonl's records, one per step (`variance`, optional `cg_iters`,
-            `ess_fraction` and `rejected`).
-        metropolis: the sampler is a Metropolis sampler (the acceptance check applies).
+            `n_samples`, `n_chains`, `peak_check`; any may be None or missing).
+        records: metrics.jsonl's records, one per step (`variance`, `acceptance`, `r_hat`, optional
+            `cg_iters`, `ess_fraction` and `rejected`).
+        metropolis: the sampler is a Metropolis sampler (the acceptance and frozen checks apply).
         cg_maxiter: the CG iteration limit, when the preconditioner solves with CG.
+        final_rounds: the final estimate's rounds of `n_samples` (`check_frozen`).
 
     Returns:
         A list of {"name", "message"}, in a fixed order; empty for a healthy run.
@@ -308,6 +384,7 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
     found = [
         check_acceptance(_final(summary, records, "acceptance"), metropolis),
         check_r_hat(_final(summary, records, "r_hat")),
+        check_frozen(records, summary, metropolis, final_rounds),
         check_below_exact(energy, summary.get("energy_error"), summary.get("exact_energy")),
         check_variance(_final(summary, records, "variance"), [r.get("variance") for r in records],
                        energy if energy is not None else _last(records, "energy"), summary.get("n_sites")),

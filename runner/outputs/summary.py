@@ -14,9 +14,9 @@ log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 2  # excluded from seconds_per_iter
 
-
-
 UNIT_FIELDS = ("energy_per_site", "energy_error_per_site", "exact_energy_per_site", "energy_unit")  # per site and the unit, beside the totals
+HEALTH_FIELDS = ("unreliable",)  # null, or why the final energy is not to be trusted (health.unreliable)
+
 
 def finite(x) -> float | None:
     """`x` as a float, None where it is not finite (JSON has no NaN or infinity)."""
@@ -160,7 +160,9 @@ def summarise(experiment, layout, outcome: Outcome, records: list[dict]) -> dict
     # judged on completed runs only: a stopped run has no final estimate to judge
     out["warnings"] = health.check(out, records,
                                    metropolis=health.metropolis(problem.sampler),
-                                   cg_maxiter=_cg_maxiter(problem)) if completed else []
+                                   cg_maxiter=_cg_maxiter(problem),
+                                   final_rounds=settings.final_rounds) if completed else []
+    out["unreliable"] = health.unreliable(out["warnings"])
     return out
 
 
@@ -170,8 +172,9 @@ def report(summary: dict):
     stuck = any(w["name"] == "no_progress" for w in summary.get("warnings", []))
     if summary["energy"] is not None:
         flag = ": not convergence, the run never left its start" if stuck else ""
+        unsure = "; UNRELIABLE, see the warnings" if summary.get("unreliable") else ""
         lines.append(f"energy: {summary['energy']:.10f} ± {summary['energy_error']:.2e}{_per_site(summary, 'energy')}  "
-                     f"(V-score {summary['v_score']:.2e}{flag})")
+                     f"(V-score {summary['v_score']:.2e}{flag}{unsure})")
     if summary["exact_energy"] is not None:
         lines.append(f"exact:  {summary['exact_energy']:.10f}{_per_site(summary, 'exact_energy')}")
     if summary.get("energy_unit") and (summary["energy"] is not None or summary["exact_energy"] is not None):

@@ -12,7 +12,9 @@ from models import RBM
 from runner.core import rules
 from runner.core import sampler as smp
 from runner.core.wavefunction import amplitude_of
+from runner.errors import ConfigError
 from runner.physics import hilbert as hb
+from runner.physics import replicas
 from runner.physics.hilbert import states_to_codes
 
 
@@ -180,3 +182,21 @@ def test_initial_states_respect_sector():
     chains = smp.init_chains(sampler, 0)
     assert np.all(np.asarray(chains.sigma_CxN).sum(axis=1) == 2)
     assert len({tuple(x) for x in np.asarray(chains.sigma_CxN)}) > 1
+
+
+def test_a_fixed_sz_space_is_sampled_by_sz_conserving_moves_that_reach_every_configuration():
+    """Single flips leave a fixed-Sz sector and are refused there; exchange needs a fixed Sz; and exchange
+    along bonds that split the sites into groups (no swap moves an up spin between them: frozen
+    chains) is refused, unless the sector has one configuration per group split or the groups are copies."""
+    with pytest.raises(ConfigError, match="metropolis_local flips single spins and cannot keep hilbert.total_sz"):
+        smp.metropolis_local(hb.chain(8, total_sz=0))
+    with pytest.raises(ConfigError, match="needs hilbert.total_sz"):
+        smp.metropolis_exchange(hb.chain(8))
+    apart = [[0, 1], [1, 2], [3, 4], [4, 5]]  # two triangles' worth of sites, never joined
+    with pytest.raises(ConfigError, match="split the 6 sites into 2 groups"):
+        smp.metropolis_exchange(hb.graph(6, apart, total_sz=0), n_samples=32, n_chains=16)
+    assert rules.bond_groups(6, apart) == 2 and rules.bond_groups(7, apart) == 3  # a site without bonds is one
+    smp.metropolis_exchange(hb.graph(6, apart, total_sz=3), n_samples=32, n_chains=16)  # polarised: one state
+    smp.metropolis_exchange(replicas.hilbert(hb.chain(6, total_sz=0), 3), n_samples=32, n_chains=16)
+    for lattice in (hb.chain(8, pbc=False, total_sz=0), hb.kagome(L=2, total_sz=0), hb.triangular(L=4, total_sz=0)):
+        assert rules.exchange_issue(lattice.n_sites, lattice.bonds, 1, lattice.n_up) is None

@@ -26,8 +26,8 @@ def test_collapsed_run_of_the_issue_gets_every_warning():
     summary = {**HEALTHY, "energy": -21.0, "energy_error": 0.0, "acceptance": 0.0, "r_hat": 9.5,
                "variance": 0.0, "relative_error": 23.9 / 44.9}
     got = health.check(summary, records([1.0, 0.0]))
-    assert [w["name"] for w in got] == ["acceptance", "r_hat", "relative_error"]
-    assert "0.000" in got[0]["message"] and "9.500" in got[1]["message"] and "5.32e-01" in got[2]["message"]
+    assert [w["name"] for w in got] == ["acceptance", "r_hat", "frozen_chains", "relative_error"]
+    assert "0.000" in got[0]["message"] and "9.500" in got[1]["message"] and "5.32e-01" in got[3]["message"]
 
 
 @pytest.mark.parametrize("acceptance,metropolis,warned", [
@@ -39,12 +39,13 @@ def test_acceptance(acceptance, metropolis, warned):
 
 
 def test_acceptance_falls_back_to_the_last_step():
-    assert names({**HEALTHY, "acceptance": None}, records([0.5, 0.5], acceptance=0.0)) == ["acceptance"]
+    assert names({**HEALTHY, "acceptance": None}, records([0.5, 0.5], acceptance=0.0)) == ["acceptance", "frozen_chains"]
 
 
 def test_r_hat():
-    assert names({**HEALTHY, "r_hat": 1.2}) == ["r_hat"]
-    assert names({**HEALTHY, "r_hat": 1.09}) == []
+    assert names({**HEALTHY, "r_hat": 1.2}) == ["r_hat", "frozen_chains"]  # also above check_frozen's 1.05
+    assert names({**HEALTHY, "r_hat": 1.09}) == ["frozen_chains"]
+    assert names({**HEALTHY, "r_hat": 1.04}) == []
 
 
 def test_energy_below_exact_by_more_than_three_error_bars():

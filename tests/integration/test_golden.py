@@ -69,8 +69,9 @@ def test_golden_run_is_bit_for_bit(name, scratch):
 
 def _same_summary(summary: dict, expected: dict):
     """Every recorded field bit for bit; fields added since (the symmetry sectors', the exact
-    observables') only."""
-    assert set(summary) - set(expected) <= set(sector_check.FIELDS) | set(finish.EXACT_FIELDS) | set(summary_fields.UNIT_FIELDS)
+    observables', the per-site and unit fields, `unreliable`) only."""
+    added = (*sector_check.FIELDS, *finish.EXACT_FIELDS, *summary_fields.UNIT_FIELDS, *summary_fields.HEALTH_FIELDS)
+    assert set(summary) - set(expected) <= set(added)
     assert {k: summary[k] for k in expected if k in summary} == expected
     assert set(expected) <= set(summary)
 
