@@ -78,11 +78,13 @@ def stored_fingerprint(run_dir) -> dict:
     return fingerprint.record(fingerprint.of(fingerprint.fingerprinted(read_config(run_dir), None)))
 
 
-def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: str, here: str = "this config"):
-    """Raises ConfigError naming the first key under `prefixes` whose value differs between two
-    flattened configs, with both values (`where` names the stored one's run, `here` the current)."""
+def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: str, here: str = "this config",
+                      ignore=()):
+    """Raises ConfigError naming the first key under `prefixes` but not in `ignore` whose value
+    differs between two flattened configs, with both values (`where` names the stored one's run,
+    `here` the current)."""
     pick = lambda flat: {k: v for k, v in flat.items() if k.startswith(prefixes)}  # noqa: E731
-    diff = fingerprint.first_difference(pick(stored), pick(current))
+    diff = fingerprint.first_difference(pick(stored), pick(current), ignore)
     if diff is not None:
         key, old, new = diff
         raise ConfigError(key, f"is {fingerprint.show(new)} in {here} but {fingerprint.show(old)} in {where}; {why}")

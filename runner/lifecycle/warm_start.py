@@ -7,7 +7,7 @@ from pathlib import Path
 
 from runner.config import fingerprint
 from runner.errors import ConfigError, require_bool
-from runner.lifecycle import checkpoint, rundir
+from runner.lifecycle import checkpoint, rundir, transfer
 from runner.lifecycle.load import load, refuse_difference, stored_fingerprint
 
 log = logging.getLogger(__name__)
@@ -31,12 +31,15 @@ class Source:
         step: the step of its checkpoint.
         digest: its config fingerprint hash.
         chains: whether its Markov chains are continued too (`init_chains`).
+        transfer: whether its parameters are mapped onto another torus size or a more symmetric
+            model (`runner.lifecycle.transfer`) rather than taken as they are.
     """
 
     run_dir: Path
     step: int
     digest: str
     chains: bool
+    transfer: bool = False
 
     def identity(self) -> dict:
         """What enters the warm-started run's fingerprint: the source's fingerprint and step,
@@ -103,7 +106,8 @@ def source(config: dict, sweep_job=None) -> Source | None:
     Raises:
         ConfigError: no checkpoint there, or a model, lattice or dtype key (and for
             `init_chains`, the number of chains or the Sz sector) that differs from the
-            source's, named with both values.
+            source's, named with both values; a transfer's (another torus size, a more
+            symmetric model) only as `transfer.check` allows.
     """
     value = config.get("init_from")
     chains = require_bool("init_chains", config.get("init_chains"))
@@ -126,12 +130,17 @@ def source(config: dict, sweep_job=None) -> Source | None:
     record = stored_fingerprint(run_dir)
     current = fingerprint.of(config)
     where = f"the run init_from={run_dir} (step {meta['step']})"
+    relaxed = transfer.relaxed(record["config"], current)
+    if relaxed:
+        transfer.check(record["config"], current, where, chains)
     refuse_difference(record["config"], current, PARAMETER_KEYS, where,
-                      "a warm start needs the same model, lattice and dtype")
+                      "a warm start needs the same model, lattice and dtype (or a transfer: another torus size, "
+                      "a more symmetric model)" if relaxed else "a warm start needs the same model, lattice and dtype",
+                      ignore=relaxed)
     if chains:
         refuse_difference(record["config"], current, CHAIN_KEYS, where,
                           "init_chains needs the same number of chains and Sz sector (or init_chains=false)")
-    return Source(run_dir, int(meta["step"]), record["hash"], chains)
+    return Source(run_dir, int(meta["step"]), record["hash"], chains, bool(relaxed))
 
 
 def resolve(experiment, config: dict, sweep_job=None):
@@ -163,13 +172,17 @@ def warm_start(experiment, state, shardings):
     if src is None:
         return state
     trained = load(src.run_dir)
-    _check_like(trained.state.params, state.params, "parameters", src.run_dir)
-    state = state._replace(params=mesh.from_host(trained.state.params, shardings.params))
+    params = trained.state.params
+    if src.transfer:
+        params = transfer.params(params, trained.experiment.problem.model, trained.experiment.hilbert,
+                                 experiment.problem.model, experiment.hilbert)
+    _check_like(params, state.params, "parameters", src.run_dir)
+    state = state._replace(params=mesh.from_host(params, shardings.params))
     if src.chains:
         _check_like(trained.state.chains, state.chains, "chains", src.run_dir)
         state = state._replace(chains=mesh.from_host(trained.state.chains, shardings.chains))
-    log.info("warm start: %s of %s (step %d)", "parameters and chains" if src.chains else "parameters",
-             src.run_dir, trained.meta["step"])
+    log.info("warm start: %s of %s (step %d)%s", "parameters and chains" if src.chains else "parameters",
+             src.run_dir, trained.meta["step"], ", transferred" if src.transfer else "")
     return state
 
 

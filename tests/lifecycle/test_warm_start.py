@@ -85,7 +85,7 @@ def test_warm_start_places_the_source_parameters_and_optionally_its_chains(sourc
     "change,expected",
     [
         ("model.alpha=2", "model.alpha is 2 in this config but 1 in the run init_from="),
-        ("hilbert.L=10", "hilbert.L is 10 in this config but 8 in the run init_from="),
+        ("hilbert.pbc=false", "hilbert.pbc is false in this config but true in the run init_from="),
         ("dtype=complex128", "dtype.name is complex128 in this config but float64 in the run init_from="),
     ],
 )
@@ -93,6 +93,14 @@ def test_a_source_of_another_model_lattice_or_dtype_is_refused(source, change, e
     with pytest.raises(ConfigError) as err:
         built([change, f"init_from={source}"])
     assert expected in err.value.sentence() and "a warm start needs the same model, lattice and dtype" in err.value.sentence()
+
+
+def test_another_size_of_a_model_that_cannot_transfer_is_refused(source):
+    """An RBM's hidden units belong to its N sites: no transfer (tests/lifecycle/test_transfer.py)."""
+    with pytest.raises(ConfigError) as err:
+        built(["hilbert.L=10", f"init_from={source}"])
+    sentence = err.value.sentence()
+    assert sentence.startswith("hilbert.L is 10 in this config but 8 in the run init_from=") and "model RBM" in sentence
 
 
 def test_chains_of_another_count_are_refused_but_parameters_are_taken(source):
