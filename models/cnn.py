@@ -201,6 +201,14 @@ class CNN(nn.Module):
         object.__setattr__(self, "hilbert", symmetrize.lattice_of(self.hilbert))
         super().__post_init__()
 
+    def plus_x(self, params):
+        """The parameters of the uniform state from those of an initialisation: the readout zero
+        (log psi = 0) and the residual layers zero (x = the first layer's convolution), so that the
+        log-derivatives, the readout's, are the channels' sums over cells of f(conv(s)): functions
+        of one kernel window each, with the two-body terms of the pairs in it."""
+        zeroed = {"readout"} | {f"{kind}{layer}" for kind in ("kernel", "bias") for layer in range(1, self.depth)}
+        return {k: jnp.zeros_like(v) if k in zeroed else v for k, v in params.items()}
+
     @nn.compact
     def unprojected(self, sigma_xN):
         """log psi before the symmetry projection [...]."""

@@ -243,6 +243,9 @@ def check_features(features) -> tuple:
     return tuple(features)
 
 
+READOUT_GAIN = 10.0  # log psi then spreads by about 0.1 over random configurations, at any N
+
+
 class GCNN(nn.Module):
     """Group-convolutional network (Roth, Szabo, MacDonald, PRB 108, 054410 (2023)).
 
@@ -283,14 +286,18 @@ class GCNN(nn.Module):
         self.bias0 = self.param("bias0", normal(0.01), (features[0],), self.param_dtype)
         kernels, biases = [], []
         for layer in range(1, len(features)):
-            # The last convolution starts small too: log psi nearly flat at any depth.
-            gain = (0.1 if layer == len(features) - 1 else 1.0) / math.sqrt(n_elements * features[layer - 1])
+            gain = 1.0 / math.sqrt(n_elements * features[layer - 1])
             kernels.append(self.param(f"kernel{layer}", normal(gain), (n_elements, features[layer - 1], features[layer]),
                                       self.param_dtype))
             biases.append(self.param(f"bias{layer}", normal(0.01), (features[layer],), self.param_dtype))
         self.kernels, self.biases = kernels, biases
-        # A small readout: log psi starts nearly flat (the samples spread over the space).
-        self.readout = self.param("readout", normal(0.1 / math.sqrt(features[-1])), (features[-1],), self.param_dtype)
+        # Every layer at unit gain and the readout at READOUT_GAIN: psi averages exp(phi(g)) over the
+        # little group, which keeps only the invariant part of phi, a few per cent of its spread, so
+        # smaller gains (0.1 on the last convolution and the readout: log_cosh squares the first
+        # one) started at the flat state, in S^z = 0 the ferromagnet, an eigenstate of the
+        # Heisenberg model (docs/notes/starts.md).
+        self.readout = self.param("readout", normal(READOUT_GAIN / math.sqrt(features[-1])), (features[-1],),
+                                  self.param_dtype)
 
     def features_xGxC(self, sigma_xN, n_layers: int | None = None, elements=None):
         """The features f of layer `n_layers` (1 to len(features), default the last), before

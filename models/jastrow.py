@@ -3,6 +3,7 @@
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from models.common import check_param_dtype, normal
@@ -19,6 +20,11 @@ class Jastrow(nn.Module):
     def __post_init__(self):
         check_param_dtype(self.param_dtype)
         super().__post_init__()
+
+    def plus_x(self, params):
+        """The parameters of the uniform state: every coupling zero (the log-derivatives s_i s_j hold
+        every two-body response)."""
+        return jax.tree_util.tree_map(jnp.zeros_like, params)
 
     @nn.compact
     def __call__(self, sigma_xN):

@@ -46,10 +46,21 @@ class Initial(NamedTuple):
 
 
 def _plus_x_params(problem, seed: int):
-    """The model's parameters (shapes from the seed's initialisation), every one zero."""
+    """The model's `plus_x` parameters from the seed's initialisation: psi uniform, and a tangent
+    space that holds the quench's two-body response (docs/dynamics.md).
+
+    Raises:
+        ConfigError (task.initial_state): a model without `plus_x`.
+    """
+    model = problem.model
+    if not callable(getattr(model, "plus_x", None)):
+        raise ConfigError("task.initial_state", f"is plus_x, which the model {type(model).__name__} cannot represent "
+                                                "with a tangent space that moves: at a uniform state its "
+                                                "log-derivatives miss the two-body terms of the quench, so <X>(t) "
+                                                "would stay frozen; use model=jastrow or model=cnn, or "
+                                                "initial_state=init_from")
     sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
-    params = problem.model.init(jax.random.PRNGKey(seed), sigma_N)["params"]
-    return jax.tree_util.tree_map(jnp.zeros_like, params)
+    return model.plus_x(model.init(jax.random.PRNGKey(seed), sigma_N)["params"])
 
 
 def _probes(hilbert, seed: int):
@@ -59,8 +70,9 @@ def _probes(hilbert, seed: int):
 
 
 def check(experiment):
-    """Refuses, before anything compiles, `initial_state: plus_x` for a model that does not give a
-    uniform psi when every parameter is zero (log psi checked on a handful of configurations), and
+    """Refuses, before anything compiles, `initial_state: plus_x` for a model without `plus_x` or
+    whose `plus_x` parameters do not give a uniform psi (log psi checked on a handful of
+    configurations: a sector can project the uniform state away), and
     `initial_state: init_from` when no run was found to start from.
 
     Raises:
@@ -79,13 +91,13 @@ def check(experiment):
     logpsi_K = np.asarray(jax.jit(problem.logpsi)(params, _probes(experiment.hilbert, 0)))
     name = type(problem.model).__name__
     if not np.all(np.isfinite(logpsi_K)):
-        raise ConfigError("task.initial_state", f"is plus_x, which the model {name} cannot represent: with every "
-                                                "parameter zero psi vanishes (log psi not finite); use "
+        raise ConfigError("task.initial_state", f"is plus_x, which the model {name} cannot represent: at its "
+                                                "plus_x parameters psi vanishes (log psi not finite); use "
                                                 "initial_state=init_from")
     spread = float(np.max(np.abs(logpsi_K - logpsi_K[0])))
     if spread > UNIFORM_TOLERANCE * max(1.0, float(np.abs(logpsi_K[0]))):
-        raise ConfigError("task.initial_state", f"is plus_x, which the model {name} cannot represent: with every "
-                                                f"parameter zero its log psi varies by {spread:.3g} over "
+        raise ConfigError("task.initial_state", f"is plus_x, which the model {name} cannot represent: at its "
+                                                f"plus_x parameters log psi varies by {spread:.3g} over "
                                                 "configurations; use initial_state=init_from")
 
 
@@ -155,7 +167,7 @@ def compile_run(experiment, layout, initial: Initial, initial_shardings, f=None,
 
 
 def _initial(experiment, layout) -> tuple[Initial, Initial]:
-    """(the initial parameters and chains, their shardings): plus_x (every parameter zero) or the
+    """(the initial parameters and chains, their shardings): plus_x (`_plus_x_params`) or the
     init_from run's parameters (and chains with init_chains)."""
     problem, seed = experiment.problem, experiment.settings.seed
 
