@@ -60,7 +60,7 @@ LEARNING_RATE = {"cnn": 0.01, "vit": 0.002}
 N_ITER = 20
 # The physics of experiment=j1j2_square (which also sets the RBM's alpha, so it is spelled out here).
 COMMON = ["hilbert=square", f"hilbert.L={L}", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J=1.0",
-          "hamiltonian.J2=0.5", "hamiltonian.sign_rule=true", "sampler=metropolis_exchange", "dtype=float64",
+          "hamiltonian.J2=0.5", "hamiltonian.phase_prior=marshall", "sampler=metropolis_exchange", "dtype=float64",
           f"sampler.n_samples={N_SAMPLES}",
           f"sampler.n_chains={N_CHAINS}", f"sampler.n_discard_per_chain={N_DISCARD}", f"sampler.sweep_size={SWEEP}",
           "optimizer=sgd", "preconditioner=minsr",
@@ -136,7 +136,7 @@ def check_hamiltonians(H, model, params, n_states=16, seed=123):
     from runner.physics import hamiltonians
 
     h = lattice()
-    ours_H = hamiltonians.heisenberg(h, 1.0, 0.5, True)
+    ours_H = hamiltonians.heisenberg(h, 1.0, 0.5, "marshall")
     keys = jax.random.split(jax.random.PRNGKey(seed), n_states)
     sigma_SxN = np.asarray(jax.vmap(lambda k: sampler.random_state(h, k))(keys))
     logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731

@@ -70,7 +70,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     lattice = hb.square(4, total_sz=0)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, "marshall")
     model = RBMSymm(alpha=args.alpha, group="lattice", param_dtype=jnp.complex128, hilbert=lattice)
     states, sizes, n_states = orbits(lattice)
     key = jax.random.fold_in(jax.random.PRNGKey(args.seed), 2**31 - 1)  # as runner.core.vmc.init_state

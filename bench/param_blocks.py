@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 CASE = ["hilbert=square", "hilbert.L=6", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
-        "hamiltonian.sign_rule=true", "sampler=metropolis_exchange", "model=vit", "model.d_model=64",
+        "hamiltonian.phase_prior=marshall", "sampler=metropolis_exchange", "model=vit", "model.d_model=64",
         "model.n_heads=4", "model.n_layers=4", "dtype=float64", "sampler.n_samples=1024", "sampler.n_chains=16",
         "preconditioner=minsr", "exact=false"]
 

@@ -29,7 +29,7 @@ def ising(tmp_path_factory):
 def heisenberg(tmp_path_factory):
     """A Heisenberg chain in the Sz=0 sector simulated after the Marshall rotation."""
     run_dir = tmp_path_factory.mktemp("api") / "heisenberg"
-    run_cli([*EXACT, "hamiltonian=heisenberg", "hamiltonian.sign_rule=true", "hilbert.total_sz=0",
+    run_cli([*EXACT, "hamiltonian=heisenberg", "hamiltonian.phase_prior=marshall", "hilbert.total_sz=0",
              f"hydra.run.dir={run_dir}"], REPO, check=True)
     return run_dir
 

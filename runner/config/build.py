@@ -42,6 +42,7 @@ DTYPES = {
 # the dense solvers build S (or minSR's T) and solve in 64-bit (precond.solving_in), where a
 # 32-bit Gram matrix loses half its digits to the condition number.
 MIXED = ("float32_mixed", "complex64_mixed")
+REAL = ("float32", "float64", "float32_mixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,11 +215,18 @@ def _complex_log_psi(model, hilbert) -> bool:
         return jnp.iscomplexobj(jax.eval_shape(log_psi))
 
 
+def _check_phases(config, hilbert, hamiltonian, model, dtype_name):
+    """Refuses complex phases of a phase prior (H's `angles`) for a model whose log psi is real."""
+    if hamiltonian.angles is not None and dtype_name in REAL and not _complex_log_psi(model, hilbert):
+        raise ConfigError("hamiltonian.phase_prior", f"{config['hamiltonian'].get('phase_prior')} gives H complex "
+                          f"elements, which the real wavefunction of dtype={dtype_name} cannot follow; use dtype=complex128")
+
+
 def _warn_on_signs(model, hilbert, hamiltonian, dtype_name, excited_states: bool):
     """Warns when a model whose log psi is real (real parameters, and no complex output layer or
     character to give it phases) meets a Hamiltonian that is not stoquastic, or is asked for excited
     states (which have nodes a positive psi cannot have)."""
-    if dtype_name not in ("float32", "float64", "float32_mixed"):
+    if dtype_name not in REAL:
         return
     if excited_states and not _complex_log_psi(model, hilbert):
         logging.warning("dtype=%s gives this model a real, sign-free wavefunction, which cannot represent excited "
@@ -358,6 +366,7 @@ def build(config: dict) -> Experiment:
     model_cfg = config["model"] if sector is None else {**config["model"], "sector": sector}
     model = instantiate("model", model_cfg, param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
+    _check_phases(config, hilbert, hamiltonian, model, dtype_name)
     _warn_on_signs(model, hilbert, hamiltonian, dtype_name, n_states is not None)
     sampler = instantiate("sampler", config["sampler"], hilbert=excited.sampled_space(hilbert, n_states))
     optimizer_cfg, learning_rate = _with_schedule(config, "optimizer", "learning_rate")

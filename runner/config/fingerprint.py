@@ -5,6 +5,7 @@ import json
 
 from runner.config import task
 from runner.errors import ConfigError
+from runner.physics import hamiltonians
 
 # Top-level keys and groups that never change the numbers of a run: its length, when it
 # checkpoints, whether it resumes, whether the exact energy is computed, and how the chains
@@ -32,10 +33,11 @@ RETIRED_BY = {**{key: "model.sector replaces model.symmetries, parity and moment
 # Groups whose node an older version spelled otherwise, with the function that writes a stored node the
 # way today's config does (and leaves today's as it is): a stored run resumes, loads and compares as if
 # written today.
-UPGRADES = {"task": task.upgraded}
+UPGRADES = {"task": task.upgraded, "hamiltonian": hamiltonians.upgraded}
 # Keys that have another name now (`group.key` -> today's `group.key`, or `group/sub` for a nested
 # group's choice), said when a command line uses the old one.
-RENAMED = {f"task.{old}": new if new.startswith("task/") else f"task.{new}" for old, new in task.FLAT_KEYS.items()}
+RENAMED = {**{f"task.{old}": new if new.startswith("task/") else f"task.{new}" for old, new in task.FLAT_KEYS.items()},
+           "hamiltonian.sign_rule": "hamiltonian.phase_prior (true: marshall, false: none)"}
 
 
 def upgraded(config: dict) -> dict:
@@ -76,7 +78,7 @@ def without_retired_overrides(overrides, config: dict) -> list[str]:
     flat = of(config, exclude=())
     lines = [str(line) for line in overrides]
     kept = [line for line in lines if not _retired(line.partition("=")[0].lstrip("+"), flat)]
-    return task.upgraded_overrides(kept)
+    return hamiltonians.upgraded_overrides(task.upgraded_overrides(kept))
 
 
 def _retired(key: str, flat: dict) -> bool:

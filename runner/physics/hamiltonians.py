@@ -29,11 +29,10 @@ def _on_sites(hilbert: Hilbert, on, key: str, uses_next: bool):
     raise ConfigError(key, f"must be sites, bonds, next_bonds or a list of site tuples (got {on!r})")
 
 
-def _finish(hilbert: Hilbert, terms, rotated=None) -> PauliSum:
-    """The PauliSum of `terms` on the lattice, refusing an Sz sector it does not conserve."""
-    ham = pauli_sum(hilbert.n_sites, terms)
-    if rotated is not None:
-        ham = rotate(ham, rotated)
+def _finish(hilbert: Hilbert, terms, rotation=(None, None)) -> PauliSum:
+    """The PauliSum of `terms` on the lattice rotated by `rotation` ((sites, angles) of
+    `pauli.rotate`), refusing an Sz sector it does not conserve."""
+    ham = rotate(pauli_sum(hilbert.n_sites, terms), *rotation)
     if hilbert.total_sz is not None and not conserves_sz(ham):
         raise ConfigError(
             "hilbert.total_sz", "must be null for this Hamiltonian, which does not conserve Sz"
@@ -78,8 +77,13 @@ def xxz(hilbert: Hilbert, J: float = 1.0, Delta: float = 1.0, hz: float = 0.0) -
     return _finish(hilbert, terms)
 
 
+PHASE_PRIORS = ("none", "marshall", "three_sublattice")
+# The values of `sign_rule`, the key phase_prior replaced, in today's spelling (`upgraded`).
+SIGN_RULE = {True: "marshall", False: "none", None: None}
+
+
 def heisenberg(
-    hilbert: Hilbert, J: float = 1.0, J2: float = 0.0, sign_rule: bool | None = None
+    hilbert: Hilbert, J: float = 1.0, J2: float = 0.0, phase_prior: str | None = None
 ) -> PauliSum:
     """Heisenberg model H = J sum_<ij> s_i.s_j + J2 sum_<<ij>> s_i.s_j with Pauli matrices s.
 
@@ -87,28 +91,73 @@ def heisenberg(
         hilbert: the lattice; <<ij>> are its `next_bonds`.
         J: nearest-neighbour coupling.
         J2: next-nearest-neighbour coupling.
-        sign_rule: apply the Marshall rotation U = prod_{i in sublattice 1} Z_i (H -> U H U,
-            same spectrum). None applies it only where it makes H stoquastic (a bipartite
-            lattice with J > 0 and J2 = 0, or J2 < 0); true needs a bipartite lattice.
+        phase_prior: the fixed diagonal unitary U applied (H -> U H U^dagger, same spectrum; the
+            model holds U psi), `phase_rotation`'s: marshall (bipartite lattices), three_sublattice
+            (the 120-degree pattern of a triangular lattice; complex elements), none, or None:
+            marshall only where it makes H stoquastic (a bipartite lattice with J > 0 and J2 = 0,
+            or J2 < 0), none elsewhere.
     """
     J = require_number("J", J)
     J2 = require_number("J2", J2)
-    if sign_rule is not None and not isinstance(sign_rule, bool):
-        raise ConfigError("sign_rule", f"must be true, false or null (got {sign_rule!r})")
-    if sign_rule and hilbert.sublattice is None:
-        raise ConfigError(
-            "sign_rule",
-            "needs a bipartite lattice (a chain or square lattice with even periodic extents, or pbc=false)",
-        )
+    if phase_prior is not None and phase_prior not in PHASE_PRIORS:
+        raise ConfigError("phase_prior", f"must be null, {', '.join(PHASE_PRIORS)} (got {phase_prior!r})")
     pairs = [(J, tuple(b)) for b in hilbert.bonds] + [(J2, b) for b in _next_terms(hilbert, J2, "J2")]
     terms = [(c, ops, b) for c, b in pairs for ops in ("XX", "YY", "ZZ")]
+    if phase_prior is not None:
+        return _finish(hilbert, terms, phase_rotation(hilbert, phase_prior))
     plain = _finish(hilbert, terms)
-    if sign_rule is False or hilbert.sublattice is None:
+    if hilbert.sublattice is None:
         return plain
-    marshall = rotate(plain, np.nonzero(hilbert.sublattice)[0])
-    if sign_rule is None and (is_stoquastic(plain) or not is_stoquastic(marshall)):
+    marshall = rotate(plain, *phase_rotation(hilbert, "marshall"))
+    if is_stoquastic(plain) or not is_stoquastic(marshall):
         return plain
     return marshall
+
+
+def phase_rotation(hilbert: Hilbert, prior: str):
+    """(sites, angles) of the phase prior's U = prod_i exp(-i theta_i Z_i / 2) (`pauli.rotate`):
+    marshall theta = pi on sublattice 1 (U = prod Z_i there); three_sublattice theta = 2 pi k / 3
+    on sublattice k of the 120-degree pattern; none (None, None).
+
+    Raises:
+        ConfigError: the lattice has no such pattern.
+    """
+    if prior == "none":
+        return None, None
+    if prior == "marshall":
+        if hilbert.sublattice is None:
+            raise ConfigError("phase_prior", "marshall needs a bipartite lattice (a chain or square lattice with even "
+                                             "periodic extents, a honeycomb lattice, or pbc=false)")
+        return tuple(int(i) for i in np.nonzero(hilbert.sublattice)[0]), None
+    if hilbert.three_sublattice is None:
+        raise ConfigError("phase_prior", "three_sublattice needs a triangular lattice whose periodic extents are "
+                                         "multiples of 3 (the 120-degree pattern does not fit this one)")
+    k = np.asarray(hilbert.three_sublattice)
+    sites = np.nonzero(k)[0]
+    return tuple(int(i) for i in sites), tuple(2 * math.pi * int(k[i]) / 3 for i in sites)
+
+
+def upgraded(node):
+    """A stored run's `hamiltonian` node in today's spelling: heisenberg's `sign_rule` (true,
+    false, null) as `phase_prior` (marshall, none, null); any other node as it is."""
+    if not (isinstance(node, dict) and "sign_rule" in node and "phase_prior" not in node):
+        return node
+    rule = node["sign_rule"]
+    value = SIGN_RULE[rule] if rule is None or isinstance(rule, bool) else rule
+    return {("phase_prior" if k == "sign_rule" else k): (value if k == "sign_rule" else v) for k, v in node.items()}
+
+
+def upgraded_overrides(lines: list[str]) -> list[str]:
+    """A stored run's command-line overrides in today's spelling: `hamiltonian.sign_rule=true` as
+    `hamiltonian.phase_prior=marshall` (false: none, null: null)."""
+    spelled = {"true": "marshall", "false": "none", "null": "null"}
+    out = []
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.lstrip("+") == "hamiltonian.sign_rule":
+            line = f"{key.replace('sign_rule', 'phase_prior')}={spelled.get(value.strip().lower(), value)}"
+        out.append(line)
+    return out
 
 
 def pauli(hilbert: Hilbert, terms: list) -> PauliSum:

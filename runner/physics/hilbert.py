@@ -37,6 +37,8 @@ class Hilbert(NamedTuple):
             reads it (`rows(name)` for none, translations, lattice).
         copies: the sites are this many copies of one space side by side (N / copies sites each,
             `physics.replicas`), `total_sz` fixed in each copy; 1 for an ordinary space.
+        three_sublattice: int32 [N] with 0/1/2, the sublattices of the 120-degree pattern of a
+            triangular lattice (periodic extents multiples of 3, or open), or None.
     """
 
     n_sites: int
@@ -52,6 +54,7 @@ class Hilbert(NamedTuple):
     next_bonds_issue: str | None = None
     space_group: SpaceGroup | None = None
     copies: int = 1
+    three_sublattice: np.ndarray | None = None
 
     @property
     def n_up(self) -> int | None:

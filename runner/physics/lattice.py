@@ -35,6 +35,7 @@ class Sites(NamedTuple):
     translations: np.ndarray
     momenta: np.ndarray
     next_bonds_issue: str | None
+    three_sublattice: np.ndarray | None = None
 
 
 def unique_bonds(pairs):
@@ -64,6 +65,16 @@ def bipartite_coloring(n_sites, bonds):
                 elif color[j] == color[i]:
                     return None
     return color
+
+
+def three_sublattice(kind, extents, pbc):
+    """int32 [N] k = (x - y) mod 3 of each site of a triangular lattice (cell (x, y)): the three
+    sublattices of the 120-degree pattern, every bond joining two of them; None for another kind,
+    or a torus with an extent that is not a multiple of 3 (the pattern would not close)."""
+    if kind != "triangular" or (pbc and any(e % 3 for e in extents)):
+        return None
+    cells = np.array(list(itertools.product(*(range(e) for e in extents))))
+    return ((cells[:, 0] - cells[:, 1]) % 3).astype(np.int32)
 
 
 def shell_offsets(vectors, basis):
@@ -189,4 +200,5 @@ def build(kind, extents, pbc, size_keys) -> Sites:
         translations=translations,
         momenta=momenta,
         next_bonds_issue=issue,
+        three_sublattice=three_sublattice(kind, extents, pbc),
     )

@@ -15,6 +15,7 @@ stored coefficients give directly (see `FlipGroup`).
 """
 
 import itertools
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -60,8 +61,10 @@ class PauliSum(NamedTuple):
         diag_sites: int32 [T, S], Z sites of the diagonal strings, padded with N.
         diag_coef: float64 [T].
         groups: FlipGroup per number of flipped sites J, increasing J; masks sorted.
-        rotated: the sites of the basis rotation U = prod Z_i applied to the user's
-            operator (the Marshall rotation), or None.
+        rotated: the sites of the basis rotation U = prod_i exp(-i theta_i Z_i / 2) applied to
+            the user's operator (O -> U O U^dagger), or None.
+        angles: theta_i of each site of `rotated`, in (0, 2 pi); None when every one is pi
+            (U = prod Z_i up to a phase: the Marshall rotation).
     """
 
     n_sites: int
@@ -70,6 +73,7 @@ class PauliSum(NamedTuple):
     diag_coef: np.ndarray
     groups: tuple
     rotated: tuple | None = None
+    angles: tuple | None = None
 
     @property
     def n_connected(self) -> int:
@@ -102,7 +106,7 @@ def _canonical(coeff, ops: str, sites) -> tuple[complex, tuple]:
     return phase, tuple(sorted(per_site.items()))
 
 
-def pauli_sum(n_sites: int, terms, rotated=None, key: str = "terms") -> PauliSum:
+def pauli_sum(n_sites: int, terms, rotated=None, key: str = "terms", angles=None) -> PauliSum:
     """Builds a PauliSum from (coeff, ops, sites) triples: sum_t coeff_t prod_k ops_t[k]_{sites_t[k]}.
 
     Args:
@@ -112,6 +116,7 @@ def pauli_sum(n_sites: int, terms, rotated=None, key: str = "terms") -> PauliSum
             its Paulis, e.g. X_0 Y_0 = i Z_0).
         rotated: recorded as the basis rotation already applied (see `rotate`), or None.
         key: config key named in errors.
+        angles: the rotation's angle on each site of `rotated` (None: pi on each).
 
     Returns:
         The PauliSum. Raises ConfigError when the sum is not Hermitian (a complex coefficient
@@ -137,10 +142,10 @@ def pauli_sum(n_sites: int, terms, rotated=None, key: str = "terms") -> PauliSum
                 key, f"must make a Hermitian operator, but {name} has coefficient {c} after combining identical strings"
             )
         canonical.append((float(c.real), "".join(op for _, op in string), tuple(s for s, _ in string)))
-    return _grouped(n_sites, tuple(canonical), None if rotated is None else tuple(sorted(rotated)))
+    return _grouped(n_sites, tuple(canonical), *_rotation(rotated, angles))
 
 
-def _grouped(n_sites: int, terms: tuple, rotated) -> PauliSum:
+def _grouped(n_sites: int, terms: tuple, rotated, angles=None) -> PauliSum:
     diag, by_mask = [], {}
     for c, ops, sites in terms:
         flip = tuple(s for s, op in zip(sites, ops) if op in "XY")
@@ -168,27 +173,82 @@ def _grouped(n_sites: int, terms: tuple, rotated) -> PauliSum:
                 sign_sites[k, t, : len(sign)] = sign
                 coef[k, t] = c
         groups.append(FlipGroup(np.array(masks, np.int32).reshape(-1, J), sign_sites, coef, const))
-    return PauliSum(n_sites, terms, diag_sites, diag_coef, tuple(groups), rotated)
+    return PauliSum(n_sites, terms, diag_sites, diag_coef, tuple(groups), rotated, angles)
 
 
-def rotate(op: PauliSum, sites) -> PauliSum:
-    """U O U with U = prod_{i in sites} Z_i: each X or Y on a rotated site gets a factor -1.
+def _rotation(sites, angles) -> tuple:
+    """(rotated, angles) as `PauliSum` records them: sites sorted with their angles reduced to
+    [0, 2 pi), zero angles dropped, angles None when every one is pi; (None, None) for none."""
+    if sites is None:
+        return None, None
+    sites = [int(s) for s in sites]
+    angles = [math.pi] * len(sites) if angles is None else [float(a) for a in angles]
+    if len(angles) != len(sites):
+        raise ValueError(f"{len(angles)} rotation angles for {len(sites)} sites")
+    kept = sorted((s, a) for s, a in zip(sites, (_reduced(a) for a in angles)) if a)
+    if not kept:
+        return None, None
+    out = tuple(a for _, a in kept)
+    return tuple(s for s, _ in kept), None if all(a == math.pi for a in out) else out
 
-    The result records the combined rotation (rotating twice by the same sites undoes it).
+
+def _reduced(angle: float) -> float:
+    """The angle in [0, 2 pi), with multiples of pi / 2 (and near ones) exact."""
+    angle = angle % (2 * math.pi)
+    quarter = round(angle / (math.pi / 2))
+    if abs(angle - quarter * math.pi / 2) < 1e-12:
+        return (quarter % 4) * math.pi / 2
+    return angle
+
+
+def _cos_sin(angle: float) -> tuple[float, float]:
+    """cos and sin, exact at multiples of pi / 2."""
+    exact = {0.0: (1.0, 0.0), math.pi / 2: (0.0, 1.0), math.pi: (-1.0, 0.0), 3 * math.pi / 2: (0.0, -1.0)}
+    return exact.get(angle, (math.cos(angle), math.sin(angle)))
+
+
+def _rotated_term(coeff: float, ops: str, sites: tuple, angle_of: dict) -> list:
+    """U P U^dagger for one string, U = prod exp(-i theta_i Z_i / 2): X -> cos X + sin Y and
+    Y -> cos Y - sin X on each rotated site, expanded into strings [(coeff, ops, sites)]."""
+    out = [(coeff, "")]
+    for op, site in zip(ops, sites):
+        if op == "Z" or site not in angle_of:
+            out = [(c, o + op) for c, o in out]
+            continue
+        cos, sin = _cos_sin(angle_of[site])
+        images = ((cos, "X"), (sin, "Y")) if op == "X" else ((cos, "Y"), (-sin, "X"))
+        out = [(c * f, o + p) for c, o in out for f, p in images if f]
+    return [(c, o, sites) for c, o in out]
+
+
+def rotate(op: PauliSum, sites, angles=None) -> PauliSum:
+    """U O U^dagger with U = prod_{i in sites} exp(-i theta_i Z_i / 2), theta_i = angles[k] (pi on
+    every site when None: U = prod Z_i up to a phase, each X or Y on a site gets a factor -1).
+
+    The result records the combined rotation (its angles add: rotating twice by pi undoes it).
     """
-    sites = set(int(s) for s in sites)
-    terms = tuple(
-        (c * (-1) ** sum(1 for s, o in zip(ss, ops) if s in sites and o in "XY"), ops, ss) for c, ops, ss in op.terms
-    )
-    total = sites.symmetric_difference(op.rotated or ())
-    return _grouped(op.n_sites, terms, tuple(sorted(total)) if total else None)
+    new_sites, new_angles = _rotation(sites, angles)
+    if new_sites is None:
+        return op
+    angle_of = dict(zip(new_sites, new_angles or (math.pi,) * len(new_sites)))
+    combined = {}
+    for c, ops, ss in op.terms:
+        for coeff, o, s in _rotated_term(c, ops, ss, angle_of):
+            string = tuple(zip(s, o))
+            combined[string] = combined.get(string, 0.0) + coeff
+    terms = tuple((c, "".join(o for _, o in string), tuple(s for s, _ in string))
+                  for string, c in sorted(combined.items()) if abs(c) > 1e-14)
+    total = dict(zip(op.rotated or (), op.angles or (math.pi,) * len(op.rotated or ())))
+    for site, angle in angle_of.items():
+        total[site] = total.get(site, 0.0) + angle
+    return _grouped(op.n_sites, terms, *_rotation(tuple(total), tuple(total.values())))
 
 
 def rotate_like(ham: PauliSum, op: PauliSum) -> PauliSum:
-    """`op` (given in the user's original basis) in the basis `ham` is simulated in: U op U
+    """`op` (given in the user's original basis) in the basis `ham` is simulated in: U op U^dagger
     with U the rotation `ham` applied. Expectation values of the result in the model's state
     are those of `op` in the original basis."""
-    return rotate(op, ham.rotated or ())
+    return rotate(op, ham.rotated, ham.angles)
 
 
 def _sign_patterns(group: FlipGroup, k: int, n_sites: int, with_flips: bool):

@@ -17,7 +17,8 @@ def hamiltonian(ham: pauli.PauliSum, n_copies: int) -> pauli.PauliSum:
     n = ham.n_sites
     terms = [(c, ops, tuple(s + k * n for s in sites)) for k in range(n_copies) for c, ops, sites in ham.terms]
     rotated = None if ham.rotated is None else _shifted(n, n_copies, ham.rotated)
-    return pauli.pauli_sum(n * n_copies, terms, rotated=rotated)
+    angles = None if ham.angles is None else ham.angles * n_copies
+    return pauli.pauli_sum(n * n_copies, terms, rotated=rotated, angles=angles)
 
 
 def hilbert(space: Hilbert, n_copies: int) -> Hilbert:

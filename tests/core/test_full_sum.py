@@ -98,7 +98,7 @@ def test_energy_and_update_are_the_exact_sums(model_name, solver, chunk_size):
 def test_the_sum_over_orbits_equals_the_sum_over_all_configurations(lattice, symmetry, n_orbits):
     """A space-group RBM on the Marshall-rotated J1-J2 model: one configuration per orbit,
     weighted by the orbit's size, gives the energy and the SR update of all 252 (70)."""
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, "marshall")
     model = RBMSymm(alpha=2, group="lattice" if symmetry == "lattice" else "translations",
                     param_dtype=jnp.complex128, hilbert=lattice)
     params = model.init(jax.random.PRNGKey(3), jnp.ones(lattice.n_sites, jnp.int8))["params"]
@@ -123,7 +123,7 @@ def test_an_orbit_sum_over_a_sector_with_vanishing_orbits_is_the_whole_sum():
     configurations: the invariance check passes over them, and the sum over translation orbits
     still equals the sum over every configuration and the dense energy."""
     lattice = hb.chain(8, total_sz=0)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, "marshall")
     model = RBMSymm(alpha=2, group="translations", param_dtype=jnp.complex128, hilbert=lattice,
                     sector={"momentum": [0], "irrep": "A''", "parity": -1})
     params = model.init(jax.random.PRNGKey(3), jnp.ones(lattice.n_sites, jnp.int8))["params"]
@@ -153,7 +153,7 @@ def test_orbits_cover_the_space_once():
 
 def test_an_orbit_sum_refuses_what_is_not_invariant():
     lattice = hb.chain(8, total_sz=0)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, "marshall")
     sampler = smp.full_sum(lattice, n_chains=4, symmetry="translations")
     problem = Problem(ham, RBM(alpha=1, param_dtype=jnp.complex128), sampler, optax.sgd(0.1), precond.sr())
     params = problem.model.init(jax.random.PRNGKey(0), jnp.ones(8, jnp.int8))["params"]
@@ -197,7 +197,7 @@ def test_a_run_is_exact_and_identical_on_every_layout(tmp_path):
     error 0; 1, 2 and 4 devices and 2 processes give the same bits, the observables measured
     during training (over every configuration) included."""
     overrides = ["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
-                 "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
+                 "hamiltonian.phase_prior=marshall", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
                  "sampler=full_sum", "sampler.symmetry=lattice", "sampler.n_chains=4", "n_iter=6", "exact=true",
                  "checkpoint_every=1000", "observables=spin", "observables.every=2"]
     experiment = build(compose_config(overrides))
@@ -246,7 +246,7 @@ def test_observables_are_exact_sums_over_every_configuration(tmp_path):
     runner.load(...).expect; during training (`observables.every`) they equal the dense sums over
     the parameters of their step (step 0: the initial ones), with error 0."""
     overrides = ["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
-                 "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
+                 "hamiltonian.phase_prior=marshall", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
                  "sampler=full_sum", "sampler.symmetry=lattice", "sampler.n_chains=4", "observables=spin",
                  "observables.every=3", "n_iter=4"]
     run_cli([*overrides, f"hydra.run.dir={tmp_path}"], REPO, check=True)

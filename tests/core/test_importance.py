@@ -137,7 +137,7 @@ def test_a_reweighted_run_is_identical_on_every_layout(tmp_path):
     training on the weighted samples: 1 and 4 devices and 2 processes give the same bits
     (every metric of every step, the checkpoint, the final estimate)."""
     overrides = ["hilbert.L=12", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
-                 "hamiltonian.sign_rule=true", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
+                 "hamiltonian.phase_prior=marshall", "model=rbm_symm", "model.group=lattice", "dtype=complex128",
                  "sampler=metropolis_exchange", "sampler.machine_pow=1", "sampler.n_samples=256", "sampler.n_chains=8",
                  "observables=spin", "observables.every=2", "n_iter=6", "checkpoint_every=1000"]
     experiment = build(compose_config(overrides))

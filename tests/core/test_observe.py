@@ -25,10 +25,10 @@ from tests.helpers.dense import X, Z, basis_index, dense_pauli, site_op
 CASES = {
     # name: (lattice, Hamiltonian), the Hamiltonian only for its basis rotation
     "ising_chain6": lambda: (lambda h: (h, hamiltonians.ising(h, 1.0, 0.7)))(hb.chain(6)),
-    "heisenberg_chain6_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, True)))(hb.chain(6)),
-    "heisenberg_square2x3_obc_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, True)))(
+    "heisenberg_chain6_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, "marshall")))(hb.chain(6)),
+    "heisenberg_square2x3_obc_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, "marshall")))(
         hb.square(Lx=2, Ly=3, pbc=False)),
-    "heisenberg_chain6_sz0_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, True)))(
+    "heisenberg_chain6_sz0_marshall": lambda: (lambda h: (h, hamiltonians.heisenberg(h, 1.0, 0.0, "marshall")))(
         hb.chain(6, total_sz=0)),
 }
 
@@ -132,7 +132,7 @@ def test_spin_operators_as_pauli_sums_match_dense():
 @pytest.mark.slow
 def test_custom_with_y_terms_matches_dense(param_dtype, ratio):
     lattice = hb.chain(6)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)  # rotated: X and Y on odd sites flip sign
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, "marshall")  # rotated: X and Y on odd sites flip sign
     spec = {
         "xy": [{"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": 0.3, "ops": "Y", "on": "sites"}],
         "yzy": [{"coeff": -0.4, "ops": "YZY", "on": [[0, 2, 3], [1, 4, 5]]}, {"coeff": 0.2, "ops": "Z", "on": [[2]]}],
@@ -215,7 +215,7 @@ def test_every_configuration_of_an_orbit_sum_goes_in_blocks_of_the_runs_rows():
     16 orbits on 4 rows of 4): as many per chain at a time as the run's steps evaluate (4), not all
     at once, which ran out of memory on larger lattices; the values are those of one batch."""
     lattice = hb.chain(10, total_sz=0)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, "marshall")
     obs = observables.spin(lattice, ham)
     model, params, _ = _model_state(lattice, jnp.complex128)
     sampler = full_sum(lattice, n_chains=4, symmetry="lattice")
@@ -256,7 +256,7 @@ def test_error_bar_is_positive_and_shrinks_like_one_over_sqrt_n():
 @pytest.mark.slow
 def test_estimate_shares_samples_with_the_energy_and_matches_dense():
     lattice = hb.chain(6)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, "marshall")
     model, params, states = _model_state(lattice, jnp.complex128, scale=2.0)
     sampler = exact_sampler(lattice, n_samples=1024, n_chains=8)
     problem = _problem(model, sampler, hamiltonian=ham)
@@ -402,7 +402,7 @@ def test_every_option_composes_and_builds(option, repo):
     from tests.helpers.config import compose_config
 
     assert (repo / "conf" / "observables" / f"{option}.yaml").is_file()
-    obs = build(compose_config([f"observables={option}", "hamiltonian=heisenberg", "hamiltonian.sign_rule=true"])).observables
+    obs = build(compose_config([f"observables={option}", "hamiltonian=heisenberg", "hamiltonian.phase_prior=marshall"])).observables
     if option == "none":
         assert obs is None
     else:

@@ -150,7 +150,7 @@ def test_single_precision_runs_end_to_end(overrides, tmp_path):
 
 
 J1J2_CHAIN = ["hilbert=chain", "hilbert.L=8", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.5",
-              "hamiltonian.sign_rule=true", "sampler=metropolis_exchange", "sampler.n_chains=7",
+              "hamiltonian.phase_prior=marshall", "sampler=metropolis_exchange", "sampler.n_chains=7",
               "sampler.n_samples=70", "model=cnn", "model.channels=4", "dtype=float64", "exact=false"]
 
 

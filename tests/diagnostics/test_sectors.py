@@ -18,7 +18,7 @@ E0, E_A1 = -21.7795008679, -21.3135696181
 @pytest.fixture(scope="module")
 def kagome():
     hilbert = hb.kagome(2, total_sz=0)
-    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, False)
+    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, "none")
     result = spectrum.spectrum(ham, hilbert)
     return hilbert, ham, result, symmetry.space_group(hilbert)
 

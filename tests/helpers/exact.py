@@ -43,7 +43,7 @@ MODELS = {
 
 def exact_setup(model_name, seed=0):
     lattice = hb.chain(6)
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, phase_prior="none")
     model = MODELS[model_name]
     states = jnp.asarray(hb.all_states(lattice))
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]

@@ -45,7 +45,7 @@ def hamiltonian_and_dense(kind, lattice):
     if kind == "ising":
         return hamiltonians.ising(lattice, J=0.8, h=1.3), dense_ising(lattice.bonds, n, 0.8, 1.3)
     if kind == "heisenberg":
-        ham = hamiltonians.heisenberg(lattice, J=1.1, J2=j2, sign_rule=None)
+        ham = hamiltonians.heisenberg(lattice, J=1.1, J2=j2, phase_prior=None)
         H = dense_heisenberg(lattice.bonds, lattice.next_bonds, n, 1.1, j2)
     elif kind == "xxz":
         ham = hamiltonians.xxz(lattice, J=0.9, Delta=0.6, hz=0.3)

@@ -235,7 +235,7 @@ def test_noise_free_sr_sums_over_the_orbits_as_over_all_states(capsys):
     lattice = hb.square(4, total_sz=0)
     states, sizes, n_states = noise_free.orbits(lattice)
     assert (len(states), int(sizes.sum()), n_states) == (153, 12870, 12870)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, "marshall")
     model = RBMSymm(alpha=2, group="lattice", param_dtype=jnp.complex128, hilbert=lattice)
     params = model.init(jax.random.PRNGKey(0), states[0])["params"]
     params = jax.tree_util.tree_map(lambda x: 10 * x, params)

@@ -97,7 +97,7 @@ def test_a_projected_rbm_reaches_the_lowest_level_of_a_sector_away_from_k_0(tmp_
     exactly over the translations' orbits; the run ends at that sector's lowest level of
     spectrum.json and says, in one warning, that the ground state lies elsewhere."""
     config = compose_config(["hilbert.L=10", "hilbert.total_sz=0", "hamiltonian=heisenberg", "hamiltonian.J2=0.3",
-                             "hamiltonian.sign_rule=true", "model=rbm", "model.alpha=2", "dtype=complex128",
+                             "hamiltonian.phase_prior=marshall", "model=rbm", "model.alpha=2", "dtype=complex128",
                              "model.sector={momentum:[1],irrep:A,parity:-1}", "sampler=full_sum",
                              "sampler.symmetry=translations", "preconditioner.solver=cholesky", "n_iter=60",
                              "observables=none"])

@@ -51,7 +51,7 @@ def test_benchmark_experiments_are_the_bench_cases(case):
 
 def test_j1j2_square_is_the_frustrated_heisenberg_model_and_scales_with_L():
     config = composed(["experiment=j1j2_square"])
-    assert config["hamiltonian"]["J2"] == 0.5 and config["hamiltonian"]["sign_rule"] is True
+    assert config["hamiltonian"]["J2"] == 0.5 and config["hamiltonian"]["phase_prior"] == "marshall"
     assert config["hilbert"]["L"] == 4 and config["hilbert"]["total_sz"] == 0
     assert config["sampler"]["_target_"].endswith("metropolis_exchange") and config["dtype"]["name"] == "complex128"
     experiment = build(composed(["experiment=j1j2_square", "hilbert.L=6"]))

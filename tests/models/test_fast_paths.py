@@ -75,7 +75,7 @@ def test_subclass_with_other_parameters_gets_the_generic_path():
     """Inherited (hasattr) fast paths would give this subclass wrong local energies and
     log-derivatives; resolved ones fall back to full evaluations, which match dense H psi / psi."""
     lattice = hb.chain(6)
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, phase_prior="none")
     model = ScaledRBM(alpha=1)
     assert resolve(model) is None and ratio_of(model) is None
     states = jnp.asarray(hb.all_states(lattice))
@@ -111,7 +111,7 @@ def test_rbm_symm_runs_on_the_rbm_updates_of_its_expanded_weights(dtype):
     from models import RBMSymm
 
     lattice = hb.square(3)
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.5, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.5, phase_prior="none")
     model = RBMSymm(alpha=2, param_dtype=dtype, hilbert=lattice)
     paths = resolve(model)
     assert paths.ratio is not None and paths.amplitude is not None and paths.jacobian_products is None
@@ -152,7 +152,7 @@ def test_projected_rbms_keep_exact_local_ratios(cls, sector, dtype):
     import models
 
     lattice = hb.square(3) if cls == "RBMSymm" else hb.square(None, Lx=2, Ly=4, total_sz=None)
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.5, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.5, phase_prior="none")
     cls, _, group = cls.partition("_")
     extra = {"group": group or "translations"} if cls == "RBMSymm" else {}
     model = getattr(models, cls)(alpha=2, param_dtype=dtype, sector=sector, hilbert=lattice, **extra)

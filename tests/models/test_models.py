@@ -413,7 +413,7 @@ def _dense_heisenberg(lattice, J2):
 def test_local_energies_match_dense_h_psi(name, dtype):
     lattice, model, states, params = _lattice_model(name, dtype)
     J2 = 0.3 if lattice.n_sites == 6 else 0.0
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, phase_prior="none")
     logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
     eloc = jax.jit(jax.vmap(lambda s: local_energy.local_energy(ham, logpsi, params, s)))(states)
     psi = dense_psi(model.apply({"params": params}, states), np.asarray(states))
@@ -435,7 +435,7 @@ def test_force_matches_exact_gradient(name, dtype):
     equal to the derivative of the exact energy <psi|H|psi> / <psi|psi> (Kronecker H)."""
     lattice, model, states, params = _lattice_model(name, dtype, seed=1)
     J2 = 0.3 if lattice.n_sites == 6 else 0.0
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, phase_prior="none")
     problem = problem_of(model, ham)
     mode = gradient_mode(params, model)
     assert mode == ("holomorphic" if dtype == jnp.complex128 else "real")

@@ -36,13 +36,13 @@ def _operators(lattice, ham):
     return {**dict(zip(spin.names, spin.simulated)), **extra}
 
 
-@pytest.mark.parametrize("sign_rule", [False, True])
-def test_sector_expectations_match_the_full_space(sign_rule):
+@pytest.mark.parametrize("prior", ["none", "marshall"])
+def test_sector_expectations_match_the_full_space(prior):
     """Every observable, off-diagonal in Sz or not, has the expectation of the full-space state the
     sector state is (exp(-i H t) psi0 by dense expm on all 2^N states, which stays in the sector):
     magnetization_x is exactly 0 there, X_0 X_1 is not."""
     lattice = hb.chain(6, total_sz=0)
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, sign_rule=sign_rule)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.3, phase_prior=prior)
     rng = np.random.default_rng(1)
     psi0_D = rng.standard_normal(lattice.n_states) + 1j * rng.standard_normal(lattice.n_states)
     full_TxF, idx = _embedded_trajectory(ham, lattice, psi0_D, TIMES)

@@ -14,11 +14,11 @@ from tests.helpers.dense import basis_index, dense_heisenberg, dense_ising
         lambda: (hb.chain(7), lambda h: hamiltonians.ising(h, 0.7, 1.3), lambda h: dense_ising(h.bonds, h.n_sites, 0.7, 1.3)),
         lambda: (hb.square(Lx=2, Ly=4, pbc=False), lambda h: hamiltonians.ising(h, 1.0, 3.0),
                  lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 3.0)),
-        lambda: (hb.chain(8), lambda h: hamiltonians.heisenberg(h, 1.0, 0.4, False),
+        lambda: (hb.chain(8), lambda h: hamiltonians.heisenberg(h, 1.0, 0.4, "none"),
                  lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.4)),
-        lambda: (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.4, True),
+        lambda: (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.4, "marshall"),
                  lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.4)),
-        lambda: (hb.chain(9, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False),
+        lambda: (hb.chain(9, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, "none"),
                  lambda h: dense_heisenberg(h.bonds, [], h.n_sites, 1.0, 0.0)),
         lambda: (hb.square(Lx=2, Ly=3, pbc=False, total_sz=1), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, None),
                  lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.3)),
@@ -35,7 +35,7 @@ def test_ground_energy_matches_dense(make):
 
 def test_full_space_matvec_equals_sparse_matrix():
     lattice = hb.chain(9, pbc=False)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.5, "marshall")
     states = hb.all_states(lattice)
     v = np.random.default_rng(1).standard_normal(2**9)
     np.testing.assert_allclose(exact._full_space_matvec(ham, 9)(v), pauli.to_sparse(ham, states) @ v, atol=1e-12)
@@ -93,7 +93,7 @@ def test_lanczos_matches_eigvalsh_for_every_lattice_and_hamiltonian(lattice_name
 
 @pytest.mark.parametrize("make", [
     lambda h: hamiltonians.xxz(h, J=0.9, Delta=0.6, hz=0.3),
-    lambda h: hamiltonians.heisenberg(h, J=1.0, J2=0.0, sign_rule=False),
+    lambda h: hamiltonians.heisenberg(h, J=1.0, J2=0.0, phase_prior="none"),
     lambda h: hamiltonians.pauli(h, [{"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": -0.7, "ops": "YX", "on": "bonds"},
                                   {"coeff": 0.4, "ops": "ZZ", "on": "bonds"}]),  # Dzyaloshinskii-Moriya: complex H
 ])
@@ -154,7 +154,7 @@ def dense_observables(lattice, H_full):
 @pytest.mark.parametrize(
     "lattice,make_ham,make_dense",
     [
-        (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, True),
+        (hb.chain(8, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, "marshall"),
          lambda h: dense_heisenberg(h.bonds, h.next_bonds, h.n_sites, 1.0, 0.3)),
         (hb.chain(8), lambda h: hamiltonians.ising(h, 1.0, 0.8), lambda h: dense_ising(h.bonds, h.n_sites, 1.0, 0.8)),
         (hb.chain(6, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, None),  # 20 states
@@ -180,7 +180,7 @@ def test_exact_observables_of_the_ground_vector_match_dense_diagonalisation(latt
 
 def test_ritz_vector_is_an_eigenvector_to_the_vector_tolerance():
     lattice = hb.square(L=4, total_sz=0)
-    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, True)
+    ham = hamiltonians.heisenberg(lattice, 1.0, 0.0, "marshall")
     energy, psi = exact.ground_state(ham, lattice)
     residual = np.linalg.norm(exact.matvec_of(ham, lattice)(psi) - energy * psi)
     assert np.linalg.norm(psi) == pytest.approx(1.0) and residual < 2 * exact.VECTOR_TOL * abs(energy)
@@ -189,7 +189,7 @@ def test_ritz_vector_is_an_eigenvector_to_the_vector_tolerance():
 @pytest.mark.parametrize("make", [
     lambda: (hb.chain(6), lambda h: hamiltonians.ising(h, 1.0, 0.5)),  # dense (64 states), nearly degenerate pair
     lambda: (hb.chain(10), lambda h: hamiltonians.ising(h, 1.0, 1.0)),  # ARPACK (1024 states)
-    lambda: (hb.chain(12, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),  # ARPACK, Sz sector
+    lambda: (hb.chain(12, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, "none")),  # ARPACK, Sz sector
     lambda: (hb.triangular(3, total_sz=0.5), lambda h: hamiltonians.pauli(h, [  # complex H, dense
         {"coeff": 0.7, "ops": "XY", "on": "bonds"}, {"coeff": -0.7, "ops": "YX", "on": "bonds"},
         {"coeff": 0.4, "ops": "ZZ", "on": "bonds"}])),

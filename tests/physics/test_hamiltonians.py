@@ -25,21 +25,21 @@ LATTICES = {
 }
 
 
-def _reference(ham_name, lattice, J, coupling, sign_rule):
+def _reference(ham_name, lattice, J, coupling, prior):
     n = lattice.n_sites
     if ham_name == "ising":
         return dense_ising(lattice.bonds, n, J, coupling)
-    sub = lattice.sublattice if sign_rule else None
+    sub = lattice.sublattice if prior == "marshall" else None
     return dense_heisenberg(lattice.bonds, lattice.next_bonds, n, J, coupling, sub)
 
 
-VARIANTS = [("ising", None), ("heisenberg", False), ("heisenberg", True)]
-NOT_BIPARTITE = ("square3x3_pbc",)  # no sign rule
+VARIANTS = [("ising", None), ("heisenberg", "none"), ("heisenberg", "marshall")]
+NOT_BIPARTITE = ("square3x3_pbc",)  # no Marshall rotation
 
 
 def _allowed(case):
-    (_, sign_rule), lattice_name, *_ = case
-    return not (sign_rule and lattice_name in NOT_BIPARTITE)
+    (_, prior), lattice_name, *_ = case
+    return not (prior == "marshall" and lattice_name in NOT_BIPARTITE)
 
 
 CASES = [(ham_name, name, rule) for (ham_name, rule), name in itertools.product(VARIANTS, LATTICES)
@@ -52,14 +52,14 @@ CASES = [(ham_name, name, rule) for (ham_name, rule), name in itertools.product(
                          pairwise(VARIANTS, list(LATTICES), [jnp.complex128, jnp.float64], allowed=_allowed))
 @pytest.mark.slow
 def test_local_energy_matches_dense(variant, lattice_name, param_dtype):
-    ham_name, sign_rule = variant
+    ham_name, prior = variant
     lattice = LATTICES[lattice_name]()
     if ham_name == "ising":
         ham = hamiltonians.ising(lattice, J=0.8, h=1.3)
         H = _reference("ising", lattice, 0.8, 1.3, None)
     else:
-        ham = hamiltonians.heisenberg(lattice, J=1.1, J2=0.4, sign_rule=sign_rule)
-        H = _reference("heisenberg", lattice, 1.1, 0.4, sign_rule)
+        ham = hamiltonians.heisenberg(lattice, J=1.1, J2=0.4, phase_prior=prior)
+        H = _reference("heisenberg", lattice, 1.1, 0.4, prior)
     assert np.allclose(H, H.conj().T)
     states = hb.all_states(lattice)
     model = RBM(alpha=1, param_dtype=param_dtype)
@@ -76,28 +76,28 @@ def test_local_energy_matches_dense(variant, lattice_name, param_dtype):
         np.testing.assert_allclose(np.asarray(eloc), expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("ham_name,lattice_name,sign_rule", CASES)
-def test_sparse_matches_dense(ham_name, lattice_name, sign_rule):
+@pytest.mark.parametrize("ham_name,lattice_name,prior", CASES)
+def test_sparse_matches_dense(ham_name, lattice_name, prior):
     lattice = LATTICES[lattice_name]()
     if ham_name == "ising":
         ham, H = hamiltonians.ising(lattice, 0.8, 1.3), _reference("ising", lattice, 0.8, 1.3, None)
     else:
-        ham = hamiltonians.heisenberg(lattice, 1.1, 0.4, sign_rule)
-        H = _reference("heisenberg", lattice, 1.1, 0.4, sign_rule)
+        ham = hamiltonians.heisenberg(lattice, 1.1, 0.4, prior)
+        H = _reference("heisenberg", lattice, 1.1, 0.4, prior)
     states = hb.all_states(lattice)
     idx = basis_index(states)
     np.testing.assert_allclose(pauli.to_sparse(ham, states).toarray(), H[np.ix_(idx, idx)].real, atol=1e-12)
 
 
-def test_sz_sector_block_and_sign_rule_spectrum():
+def test_sz_sector_block_and_marshall_spectrum():
     lattice = hb.chain(8, total_sz=0)
     for J2 in (0.0, 0.5):
-        plain = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, J2, False), hb.all_states(lattice))
-        rotated = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, J2, True), hb.all_states(lattice))
+        plain = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, J2, "none"), hb.all_states(lattice))
+        rotated = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, J2, "marshall"), hb.all_states(lattice))
         np.testing.assert_allclose(np.linalg.eigvalsh(plain.toarray()), np.linalg.eigvalsh(rotated.toarray()), atol=1e-10)
-    full = _reference("heisenberg", hb.chain(8), 1.0, 0.0, False)
+    full = _reference("heisenberg", hb.chain(8), 1.0, 0.0, "none")
     idx = basis_index(hb.all_states(lattice))
-    sector = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, 0.0, False), hb.all_states(lattice)).toarray()
+    sector = pauli.to_sparse(hamiltonians.heisenberg(lattice, 1.0, 0.0, "none"), hb.all_states(lattice)).toarray()
     np.testing.assert_allclose(sector, full[np.ix_(idx, idx)].real, atol=1e-12)
 
 
@@ -119,10 +119,10 @@ def test_lattice_geometry():
         (lambda: hb.chain(-3), "L"),
         (lambda: hb.chain(2), "L"),
         (lambda: hb.chain(4.5), "L"),
-        (lambda: hamiltonians.heisenberg(hb.chain(5), sign_rule=True), "sign_rule"),
+        (lambda: hamiltonians.heisenberg(hb.chain(5), phase_prior="marshall"), "phase_prior"),
         (lambda: hamiltonians.ising(hb.chain(4, total_sz=0)), "hilbert.total_sz"),
         (lambda: hamiltonians.ising(hb.chain(4), h="strong"), "h"),
-        (lambda: hamiltonians.heisenberg(hb.triangular(3), sign_rule=True), "sign_rule"),
+        (lambda: hamiltonians.heisenberg(hb.triangular(3), phase_prior="marshall"), "phase_prior"),
         (lambda: hamiltonians.heisenberg(hb.chain(3), J2=0.5), "J2"),
         (lambda: hamiltonians.xxz(hb.chain(4), Delta=None), "Delta"),
         (lambda: hamiltonians.pauli(hb.chain(3), [{"coeff": 1.0, "ops": "ZZ", "on": "next_bonds"}]), "terms[0].on"),
@@ -209,7 +209,7 @@ def test_zero_elements_do_not_multiply_overflowing_ratios(use_ratio):
     np.testing.assert_allclose(np.sum(weights * np.asarray(eloc, np.float64)), psi @ H @ psi / (psi @ psi), rtol=1e-4)
 
 
-def test_sign_rule_default_only_where_it_makes_h_stoquastic():
+def test_phase_prior_default_marshall_only_where_it_makes_h_stoquastic():
     chain = hb.chain(6)
     antiferro = hamiltonians.heisenberg(chain, J=1.0)
     assert antiferro.rotated == tuple(np.nonzero(chain.sublattice)[0]) and pauli.is_stoquastic(antiferro)
@@ -217,16 +217,16 @@ def test_sign_rule_default_only_where_it_makes_h_stoquastic():
     assert ferro.rotated is None and pauli.is_stoquastic(ferro)
     frustrated = hamiltonians.heisenberg(chain, J=1.0, J2=0.5)
     assert frustrated.rotated is None and not pauli.is_stoquastic(frustrated)
-    forced = hamiltonians.heisenberg(chain, J=1.0, J2=0.5, sign_rule=True)
+    forced = hamiltonians.heisenberg(chain, J=1.0, J2=0.5, phase_prior="marshall")
     assert forced.rotated is not None
     states = hb.all_states(chain)
     np.testing.assert_allclose(np.linalg.eigvalsh(pauli.to_sparse(forced, states).toarray()),
                                np.linalg.eigvalsh(pauli.to_sparse(frustrated, states).toarray()), atol=1e-10)
-    assert hamiltonians.heisenberg(chain, sign_rule=False).rotated is None
+    assert hamiltonians.heisenberg(chain, phase_prior="none").rotated is None
     assert hamiltonians.heisenberg(hb.triangular(3)).rotated is None  # not bipartite: default off
     with pytest.raises(ConfigError) as info:
-        hamiltonians.heisenberg(hb.triangular(3), sign_rule=True)
-    assert info.value.key == "sign_rule"
+        hamiltonians.heisenberg(hb.triangular(3), phase_prior="marshall")
+    assert info.value.key == "phase_prior"
 
 
 def test_rotate_like_maps_observables_into_the_simulated_basis():
@@ -263,7 +263,7 @@ def test_pauli_sum_combines_strings_and_checks_hermiticity():
 def test_next_bond_shell_convention_against_dense():
     """Issue 11c: chain L=4's next bonds (0, 2), (1, 3) each once; L=3 refuses J2."""
     lattice = hb.chain(4)
-    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.7, sign_rule=False)
+    ham = hamiltonians.heisenberg(lattice, J=1.0, J2=0.7, phase_prior="none")
     H = dense_heisenberg([(0, 1), (1, 2), (2, 3), (0, 3)], [(0, 2), (1, 3)], 4, 1.0, 0.7)
     np.testing.assert_allclose(pauli.to_sparse(ham, hb.all_states(lattice)).toarray(),
                                H[np.ix_(basis_index(hb.all_states(lattice)), basis_index(hb.all_states(lattice)))], atol=1e-12)
@@ -289,14 +289,14 @@ def test_build_refuses_exchange_sampler_for_non_conserving_h_and_warns_on_signs(
     with caplog.at_level("WARNING"):
         build(compose_config(["hamiltonian=heisenberg", "hilbert.total_sz=0", "sampler=metropolis_exchange"]))
         assert not [r for r in caplog.records if "stoquastic" in r.getMessage()]
-        build(compose_config(["hamiltonian=heisenberg", "hamiltonian.sign_rule=false", "hilbert.total_sz=0",
+        build(compose_config(["hamiltonian=heisenberg", "hamiltonian.phase_prior=none", "hilbert.total_sz=0",
                               "sampler=metropolis_exchange"]))
-        build(compose_config(["hamiltonian=heisenberg", "hamiltonian.sign_rule=false", "hilbert.total_sz=0",
+        build(compose_config(["hamiltonian=heisenberg", "hamiltonian.phase_prior=none", "hilbert.total_sz=0",
                               "sampler=metropolis_exchange", "dtype=complex128"]))
         # real parameters, complex log psi: the ViT's output layer and a parity -1 projection carry phases
-        build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.sign_rule=false",
+        build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.phase_prior=none",
                               "hilbert.total_sz=0", "sampler=metropolis_exchange", "model=vit", "model.patch_size=2"]))
-        build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.sign_rule=false",
+        build(compose_config(["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hamiltonian.phase_prior=none",
                               "hilbert.total_sz=0", "sampler=metropolis_exchange", "model=cnn",
                               "model.sector={momentum:[0,0],irrep:A1,parity:-1}"]))
     assert len([r for r in caplog.records if "stoquastic" in r.getMessage()]) == 1

@@ -63,7 +63,7 @@ def test_a_space_and_its_sectors_give_the_same_levels(make):
     the whole S^z = 0 space equal those of its sectors, merged with their stars' multiplicities,
     and numpy's dense ones."""
     space = make()
-    ham = hamiltonians.heisenberg(space, 1.0, 0.0, False)
+    ham = hamiltonians.heisenberg(space, 1.0, 0.0, "none")
     whole = exact.lowest_levels(exact.operator(ham, space), 6)
     by_sector = spectrum.spectrum(ham, space, n_levels=6)
     merged = sorted(x for s, v in by_sector.levels.items() for x in v * by_sector.star_sizes[s])[:6]

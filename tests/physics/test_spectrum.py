@@ -40,15 +40,15 @@ def _dense_projector(hilbert, sector, group):
 
 
 CASES = {
-    "chain10_j1j2": (lambda: hb.chain(10, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, False)),
+    "chain10_j1j2": (lambda: hb.chain(10, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.3, "none")),
     "square4x2_ising": (lambda: hb.square(Lx=4, Ly=2), lambda h: hamiltonians.ising(h, 1.0, 0.7)),
     "chain8_xxz_field": (lambda: hb.chain(8), lambda h: hamiltonians.xxz(h, 1.0, 0.5, 0.3)),
-    "triangular3": (lambda: hb.triangular(3, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),
-    "honeycomb2": (lambda: hb.honeycomb(2, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),
-    "kagome1x3": (lambda: hb.kagome(Lx=1, Ly=3, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),
-    "kagome2": (lambda: hb.kagome(2, total_sz=2), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, False)),
+    "triangular3": (lambda: hb.triangular(3, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, "none")),
+    "honeycomb2": (lambda: hb.honeycomb(2, total_sz=0), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, "none")),
+    "kagome1x3": (lambda: hb.kagome(Lx=1, Ly=3, total_sz=0.5), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, "none")),
+    "kagome2": (lambda: hb.kagome(2, total_sz=2), lambda h: hamiltonians.heisenberg(h, 1.0, 0.0, "none")),
     "square4x2_marshall": (lambda: hb.square(Lx=4, Ly=2, total_sz=1),
-                           lambda h: hamiltonians.heisenberg(h, 1.0, 0.2, True)),
+                           lambda h: hamiltonians.heisenberg(h, 1.0, 0.2, "marshall")),
 }
 
 
@@ -101,7 +101,7 @@ def _case(name):
 def test_refuses_a_hamiltonian_without_the_lattice_symmetry():
     """A field on one site breaks the translations: refused, and indeed H P v != P H v there."""
     hilbert = hb.chain(8)
-    symmetric = hamiltonians.heisenberg(hilbert, 1.0, 0.0, False)
+    symmetric = hamiltonians.heisenberg(hilbert, 1.0, 0.0, "none")
     broken = pauli.pauli_sum(8, list(symmetric.terms) + [(0.3, "Z", (0,))])
     with pytest.raises(ValueError, match=r"does not commute with space-group element 1 \{E \| \(1\)\}"):
         spectrum.spectrum(broken, hilbert)
@@ -136,7 +136,7 @@ def test_kagome_2x2_ground_state_is_b1_at_gamma():
     """Kagome 2x2 Heisenberg, Sz = 0: ground state -21.7795 at k = 0 in B1 of C6v; the lowest
     fully symmetric level is -21.3136."""
     hilbert = hb.kagome(2, total_sz=0)
-    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, False)
+    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, "none")
     result = spectrum.spectrum(ham, hilbert, n_levels=2)
     sector, energy = spectrum.ground_sector(ham, hilbert, result)
     assert sector == symmetry.Sector((0, 0), "B1", 1, 0.0)
@@ -151,7 +151,7 @@ def test_kagome_2x2_ground_state_is_b1_at_gamma():
 
 def test_triangular_4x4_ground_state_is_fully_symmetric():
     hilbert = hb.triangular(4, total_sz=0)
-    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, False)
+    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, "none")
     sector, energy = spectrum.ground_sector(ham, hilbert)
     assert sector == symmetry.Sector((0, 0), "A1", 1, 0.0)
     np.testing.assert_allclose(energy, -34.2220597, atol=1e-7)
@@ -161,7 +161,7 @@ def test_kagome_2x3_ground_state_has_nonzero_momentum():
     """Kagome 2x3 (18 sites, Sz = 0, 48620 states): ground state -32.1930831 at k = b1/2, odd
     under the flip (a singlet of 18 spins); the lowest space-group-invariant level -32.0332510."""
     hilbert = hb.kagome(Lx=2, Ly=3, total_sz=0)
-    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, False)
+    ham = hamiltonians.heisenberg(hilbert, 1.0, 0.0, "none")
     result = spectrum.spectrum(ham, hilbert)
     assert result.uncovered_states == 0
     sector, energy = spectrum.ground_sector(ham, hilbert, result)
