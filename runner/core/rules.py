@@ -68,6 +68,36 @@ def exchange_rule(bonds) -> Rule:
     )
 
 
+def swap_any_pair(sigma_N, u, *, copies: int = 1):
+    """Exchange rule over any distance: swap the spin on a site drawn uniformly (by u[0]) with one of
+    the opposite spins of its copy drawn uniformly (by u[1]). Symmetric: each copy keeps its numbers of
+    up and down spins, so q(old -> new) = q(new -> old); a no-op in a polarised copy."""
+    n = sigma_N.shape[-1]
+    width = n // copies
+    i = jnp.minimum(jnp.floor(u[0] * n).astype(jnp.int32), n - 1)
+    site_N = jnp.arange(n)
+    opposite_N = (sigma_N != sigma_N[i]) & (site_N // width == i // width)
+    m = jnp.sum(opposite_N, dtype=jnp.int32)
+    k = jnp.minimum(jnp.floor(u[1] * m).astype(jnp.int32), m - 1)
+    j = jnp.where(m > 0, jnp.argmax(jnp.cumsum(opposite_N, dtype=jnp.int32) > k), i)
+    sites = jnp.stack([i, j]).astype(jnp.int32)
+    return sites, sigma_N[sites[::-1]], jnp.zeros((), u.dtype)
+
+
+def mixed_exchange_rule(bonds, far: float, copies: int = 1) -> Rule:
+    """Each proposal is, with probability `far`, a swap of any two opposite spins (`swap_any_pair`), else
+    a bond swap (`swap_hoppable_bond`). The choice does not depend on the state, so the kernel is a
+    mixture of two that each keep |psi|^2, and keeps it; each carries its own Hastings correction."""
+    bonds = np.asarray(bonds, np.int32)
+
+    def propose(sigma_N, u):
+        near = swap_hoppable_bond(sigma_N, u[0], bonds=bonds)
+        anywhere = swap_any_pair(sigma_N, u[1:], copies=copies)
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(u[3] < far, b, a), near, anywhere)
+
+    return Rule(draw=lambda key, n: jax.random.uniform(key, (n, 4)), propose=propose)
+
+
 def bond_groups(n_sites: int, bonds) -> int:
     """How many groups the bonds join the sites into (connected components; a site without a bond
     is one): exchange moves keep the number of up spins in each."""

@@ -19,7 +19,7 @@ import numpy as np
 from runner.core.full_sum import FULL_SUM_SYMMETRIES, FullSumSampler, orbits, symmetry_group
 
 # Names that moved out of this module, importable here until their callers import them from their new homes.
-from runner.core.rules import Rule, apply_move, exchange_issue, exchange_rule, local_rule
+from runner.core.rules import Rule, apply_move, exchange_issue, exchange_rule, local_rule, mixed_exchange_rule
 from runner.core.stats import chain_max, chain_sum
 from runner.errors import ConfigError, require_int, require_number
 from runner.physics.hilbert import Hilbert, all_states
@@ -185,18 +185,20 @@ def metropolis_exchange(
     n_discard_per_chain: int | None = None,
     sweep_size: int | None = None,
     machine_pow: float = 2.0,
+    far_swap: float | None = None,
 ) -> MetropolisSampler:
     """Metropolis with swaps of the two spins on a nearest-neighbour bond whose spins differ
-    (keeps Sz); the other arguments as for `metropolis_local`."""
+    (keeps Sz), or with probability `far_swap` (null: 0) of any two opposite spins (`rules.mixed_exchange_rule`:
+    chains that a peaked |psi|^2 freezes under bond swaps mix); the other arguments as for `metropolis_local`."""
     if hilbert.total_sz is None:
-        raise ConfigError(
-            "sampler",
-            "metropolis_exchange conserves Sz and needs hilbert.total_sz to be set (e.g. 0)",
-        )
-    issue = exchange_issue(hilbert.n_sites, hilbert.bonds, hilbert.copies, hilbert.n_up)
+        raise ConfigError("sampler", "metropolis_exchange conserves Sz and needs hilbert.total_sz to be set (e.g. 0)")
+    if far_swap is not None and not 0 <= require_number("far_swap", far_swap) <= 1:
+        raise ConfigError("far_swap", f"is a probability, from 0 to 1 or null (got {far_swap})")
+    issue = exchange_issue(hilbert.n_sites, hilbert.bonds, hilbert.copies, hilbert.n_up) if not far_swap else None
     if issue:
-        raise ConfigError("sampler", f"metropolis_exchange {issue}")
-    return _metropolis(hilbert, exchange_rule(hilbert.bonds), n_samples=n_samples, n_chains=n_chains,
+        raise ConfigError("sampler", f"metropolis_exchange {issue} (or set sampler.far_swap)")
+    rule = mixed_exchange_rule(hilbert.bonds, far_swap, hilbert.copies) if far_swap else exchange_rule(hilbert.bonds)
+    return _metropolis(hilbert, rule, n_samples=n_samples, n_chains=n_chains,
                        n_discard_per_chain=n_discard_per_chain, sweep_size=sweep_size, machine_pow=machine_pow)
 
 
@@ -350,7 +352,7 @@ def _sample_metropolis(sampler: MetropolisSampler, amplitude: Amplitude, params,
     split = jax.vmap(jax.random.split)(chains.key_C)
     key_C, draw_C = split[:, 0], split[:, 1]
     moves_C, log_u_C = jax.vmap(functools.partial(_draw, sampler, n_steps=n_steps))(draw_C)
-    moves_SxC = moves_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
+    moves_SxC = jnp.moveaxis(moves_C, 0, 1).reshape(n_sweeps, sampler.sweep_size, *moves_C.shape[:1], *moves_C.shape[2:])
     log_u_SxC = log_u_C.T.reshape(n_sweeps, sampler.sweep_size, -1)
     propose = jax.vmap(sampler.rule.propose)
     apply = jax.vmap(apply_move)

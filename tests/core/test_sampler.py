@@ -65,6 +65,7 @@ def _draw_many(sampler, logpsi, params, seed, rounds):
         ("exact", hb.chain(8, total_sz=-1)),
         ("local-complex", hb.chain(6)),
         ("exchange-complex", hb.chain(8, total_sz=0)),
+        ("exchange-far", hb.square(Lx=2, Ly=4, pbc=False, total_sz=1)),
         ("local-plain", hb.chain(6)),
     ],
 )
@@ -72,12 +73,13 @@ def _draw_many(sampler, logpsi, params, seed, rounds):
 def test_histogram_matches_exact_distribution(kind, lattice):
     dtype = jnp.complex128 if kind.endswith("complex") else jnp.float64
     cached = not kind.endswith("plain")
+    far = {"far_swap": 0.3} if kind.endswith("far") else {}
     kind = kind.split("-")[0]
     logpsi, params, states, probs = _model_and_probs(lattice, dtype=dtype, cached=cached)
     make = {"local": smp.metropolis_local, "exchange": smp.metropolis_exchange, "exact": smp.exact}[kind]
     # Thinned chains (4 sweeps between samples): chi-square assumes independent draws.
     thin = {} if kind == "exact" else {"sweep_size": 4 * lattice.n_sites}
-    sampler = make(lattice, n_samples=4096, n_chains=32, **thin)
+    sampler = make(lattice, n_samples=4096, n_chains=32, **thin, **far)
     samples, acc = _draw_many(sampler, logpsi, params, seed=1, rounds=4)
     assert 0.0 < acc <= 1.0
     if lattice.total_sz is not None:
@@ -200,3 +202,33 @@ def test_a_fixed_sz_space_is_sampled_by_sz_conserving_moves_that_reach_every_con
     smp.metropolis_exchange(replicas.hilbert(hb.chain(6, total_sz=0), 3), n_samples=32, n_chains=16)
     for lattice in (hb.chain(8, pbc=False, total_sz=0), hb.kagome(L=2, total_sz=0), hb.triangular(L=4, total_sz=0)):
         assert rules.exchange_issue(lattice.n_sites, lattice.bonds, 1, lattice.n_up) is None
+
+
+def test_far_swaps_keep_psi_squared_and_each_copy_s_sz():
+    """swap_any_pair's kernel (every site, every opposite spin of its copy) leaves |psi|^2 invariant with
+    no Hastings correction, and never swaps across copies; far_swap is a probability."""
+    lattice = hb.chain(6, total_sz=0)
+    _, params, states, probs = _model_and_probs(lattice, scale=3.0)
+    propose = jax.jit(jax.vmap(functools.partial(rules.swap_any_pair, copies=1)))
+    n, index = lattice.n_sites, {c: i for i, c in enumerate(states_to_codes(states))}
+    src = np.repeat(np.arange(len(states)), n * (n // 2))  # every site i, then each of its n/2 opposite spins
+    u = np.stack([np.tile(np.repeat((np.arange(n) + 0.5) / n, n // 2), len(states)),
+                  np.tile((np.arange(n // 2) + 0.5) / (n // 2), n * len(states))], axis=1)
+    sites, values, log_q = propose(jnp.asarray(states[src], jnp.int8), jnp.asarray(u))
+    moved = np.asarray(jax.vmap(rules.apply_move)(jnp.asarray(states[src], jnp.int8), sites, values))
+    dst = np.array([index[c] for c in states_to_codes(moved)])
+    assert np.all(dst != src) and np.all(np.asarray(log_q) == 0)
+    accept = np.minimum(1.0, probs[dst] / probs[src])
+    P = np.zeros((len(states), len(states)))
+    np.add.at(P, (src, dst), accept / (n * (n // 2)))
+    P[np.diag_indices_from(P)] += 1.0 - P.sum(1)
+    np.testing.assert_allclose(probs @ P, probs, rtol=1e-12, atol=1e-15)
+    sigma = jnp.array([1, -1, 1, -1, 1, 1, -1, -1], jnp.int8)  # two copies of 4 sites
+    key = jax.random.PRNGKey(0)
+    moved = jax.vmap(lambda u: rules.apply_move(sigma, *rules.swap_any_pair(sigma, u, copies=2)[:2]))(
+        jax.random.uniform(key, (256, 2)))
+    np.testing.assert_array_equal(np.asarray(moved).reshape(256, 2, 4).sum(-1), np.zeros((256, 2)))
+    apart = hb.graph(6, [[0, 1], [1, 2], [3, 4], [4, 5]], total_sz=0)
+    assert smp.metropolis_exchange(apart, n_samples=32, n_chains=16, far_swap=0.1).rule.draw(key, 3).shape == (3, 4)
+    with pytest.raises(ConfigError, match="is a probability"):
+        smp.metropolis_exchange(hb.chain(8, total_sz=0), far_swap=1.5)
