@@ -151,6 +151,49 @@ def test_build_refuses_a_real_dtype_and_the_groups_the_rotated_h_lacks():
     assert info.value.key == "model.sector"
 
 
+def test_rotated_h_keeps_the_elements_that_shift_every_sublattice_alike():
+    """On the 3 x 3 torus the three-sublattice H commutes with a space-group element exactly where the element
+    adds one constant to every k_i: every translation, the rotations by 2 pi / 3 and three mirrors (108 of 108
+    elements checked one by one), not the rotation by pi / 3."""
+    lattice = hb.triangular(3)
+    group, k = lattice.space_group, lattice.three_sublattice
+    ham = hamiltonians.heisenberg(lattice, phase_prior="three_sublattice")
+    kept = set()
+    for e, perm in enumerate(group.perm_ExN):
+        invariant = pauli.not_invariant_under(ham, perm[None]) is None
+        assert invariant == (len({int(d) for d in (k[perm] - k) % 3}) == 1)
+        if invariant:
+            kept.add(int(group.op_E[e]))
+    angles = {p: round(math.degrees(math.atan2(R[1, 0], R[0, 0]))) % 360 for p, R in enumerate(group.ops)
+              if np.linalg.det(R) > 0}
+    assert {angles[p] for p in kept if p in angles} == {0, 120, 240}
+    assert len(kept) == 6
+
+
+def test_three_sublattice_moves_the_3x3_ground_state_to_zero_momentum():
+    """At Sz = 1/2 a translation carries the phase exp(-i (2 pi / 3) S^z_total) of the uniform rotation it
+    adds: the ground level -21 of the 3 x 3 torus lies away from k = 0 without the prior (the lowest
+    translation-invariant level is -15) and at k = 0 with it."""
+    lattice = hb.triangular(3, total_sz=0.5)
+    translations = lattice.space_group.rows("translations")
+    plain, rotated = (hamiltonians.heisenberg(lattice, phase_prior=p) for p in ("none", "three_sublattice"))
+    np.testing.assert_allclose(spectrum.invariant_levels(plain, lattice, 1, translations), [-15.0], atol=1e-9)
+    np.testing.assert_allclose(spectrum.invariant_levels(rotated, lattice, 1, translations), [-21.0], atol=1e-9)
+
+
+def test_prior_state_overlap_with_the_exact_ground_level_3x3():
+    """docs/physics.md's reference: the uniform state of the rotated basis has squared overlap 0.578571 with
+    the (two-fold) ground level of the triangular 3 x 3 torus at Sz = 1/2 under three_sublattice, 0 without."""
+    lattice = hb.triangular(3, total_sz=0.5)
+    overlaps = []
+    for prior in ("none", "three_sublattice"):
+        w, v = np.linalg.eigh(_on(hamiltonians.heisenberg(lattice, phase_prior=prior), lattice)[0])
+        ground = v[:, np.abs(w - w[0]) < 1e-9]
+        assert ground.shape[1] == 2
+        overlaps.append(np.sum(np.abs(ground.conj().T @ np.ones(len(w))) ** 2) / len(w))
+    np.testing.assert_allclose(overlaps, [0.0, 0.578571], atol=5e-7)
+
+
 def test_marshall_rotated_h_keeps_the_square_lattice_space_group():
     lattice = hb.square(4, total_sz=0)
     ham = hamiltonians.heisenberg(lattice, J2=0.5, phase_prior="marshall")
