@@ -27,8 +27,8 @@ def _random_states(n_sites, count, seed=0, total_sz=None):
     return jnp.asarray(rng.choice(np.array([1, -1], np.int8), size=(count, n_sites)))
 
 
-def _model(hilbert, sector=None, features=(3, 2, 2), dtype=jnp.complex128, scale=3.0, seed=0):
-    """The model and its parameters, scaled away from the nearly flat start."""
+def _model(hilbert, sector=None, features=(3, 2, 2), dtype=jnp.complex128, scale=1.0, seed=0):
+    """The model and its parameters (at the initialisation's scale: log psi spreads by O(0.1))."""
     model = GCNN(features=features, sector=sector, param_dtype=dtype, hilbert=hilbert)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.ones((hilbert.n_sites,), jnp.int8))["params"]
     return model, jax.tree_util.tree_map(lambda x: scale * x, params)
@@ -175,16 +175,17 @@ def test_psi_is_fixed_by_the_physics_projector(name):
     assert np.linalg.norm(psi) > 0
 
 
-def test_starts_nearly_flat_with_the_parameter_count():
+def test_starts_off_flat_with_the_parameter_count():
     """Triangular 4 x 4, features (8, 8): 16 x 8 + 8 (embedding), 192 x 8 x 8 + 8 (convolution),
-    8 (readout) parameters; log psi varies by less than 0.01 over random configurations."""
+    8 (readout) parameters; log psi varies over random configurations, by more than the flat start's
+    0.01 and less than a chain's reach (tests/models/test_starts.py: the start moves)."""
     hilbert = hb.triangular(4)
     model = GCNN(features=[8, 8], hilbert=hilbert)
     assert model.hilbert.n_elements == 192
     params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((16,), jnp.int8))["params"]
     assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == 16 * 8 + 8 + 192 * 64 + 8 + 8 == 12440
     log_psi = jax.jit(lambda s: model.apply({"params": params}, s))(_random_states(16, 64))
-    assert np.ptp(np.asarray(log_psi)) < 0.01
+    assert 0.05 < np.ptp(np.asarray(log_psi)) < 5
 
 
 @pytest.mark.parametrize(
