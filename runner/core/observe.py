@@ -11,7 +11,8 @@ from runner.core.estimate import Rounds, pooled_metrics, round_values, scan_roun
 from runner.core.estimate import estimate as estimate_energy
 from runner.core.full_sum import FullSumSampler
 from runner.core.local_energy import map_over_samples
-from runner.core.sampler import full_sum, full_sum_weights
+from runner.core.sampler import full_sum
+from runner.core.weights import full_sum_weights
 from runner.core.stats import chain_sum, statistics
 from runner.core.wavefunction import ratio_of
 from runner.physics.observables import ERROR_PREFIX, MEASURED, PREFIX, STRUCTURE_FACTOR, Observables, _number

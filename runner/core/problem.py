@@ -8,7 +8,8 @@ import optax
 
 from runner.core.full_sum import FullSumSampler
 from runner.core.precond import Preconditioner
-from runner.core.sampler import Amplitude, ChainState, full_sum_weights, importance_weights, sample, training_power
+from runner.core.sampler import Amplitude, ChainState, sample, training_power
+from runner.core.weights import full_sum_weights, importance_weights
 from runner.core.wavefunction import amplitude_of, apply_model
 from runner.physics.pauli import Hamiltonian
 

@@ -1,5 +1,6 @@
 """Markov-chain and exact samplers of |psi|^2 written for one global chain axis, the sampler
-constructors (the `conf/sampler` targets, the full sum's included), and the weights of samples.
+constructors (the `conf/sampler` targets, the full sum's included); the weights of samples are
+`runner.core.weights`'.
 
 Every chain owns one PRNG key, derived from the seed and its global index, so the samples do
 not depend on how chains are spread over devices or processes. Proposal rules are small
@@ -20,7 +21,6 @@ from runner.core.full_sum import FULL_SUM_SYMMETRIES, FullSumSampler, orbits, sy
 
 # Names that moved out of this module, importable here until their callers import them from their new homes.
 from runner.core.rules import Rule, apply_move, exchange_issue, exchange_rule, local_rule, mixed_exchange_rule
-from runner.core.stats import chain_max, chain_sum
 from runner.errors import ConfigError, require_int, require_number
 from runner.physics.hilbert import Hilbert, all_states
 
@@ -113,6 +113,11 @@ def markov_chain_advice(hilbert: Hilbert) -> str:
     if hilbert.total_sz is not None:
         return "use sampler=metropolis_exchange (it keeps hilbert.total_sz fixed)"
     return "use sampler=metropolis_local"
+
+
+def _markov_chain_for(hilbert: Hilbert) -> str:
+    """The Markov-chain sampler option that builds for this space (`markov_chain_advice`)."""
+    return "metropolis_local" if hilbert.total_sz is None else "metropolis_exchange"
 
 
 def _check_counts(n_samples, n_chains):
@@ -215,22 +220,38 @@ def exact(hilbert: Hilbert, n_samples: int = 1024, n_chains: int = 16, machine_p
     return ExactSampler(hilbert, n_samples, n_chains, _check_machine_pow(machine_pow))
 
 
-def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_samples: int | None = None
-             ) -> FullSumSampler:
+# What `full_sum(beyond=...)` samples with where the space is beyond the full sum's reach.
+BEYOND = {"metropolis_local": metropolis_local, "metropolis_exchange": metropolis_exchange}
+
+
+def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_samples: int | None = None,
+             beyond: str | None = None) -> "FullSumSampler | MetropolisSampler":
     """Sums over every configuration of the space (at most 2^16 of them, or of their orbits) with
     weights |psi|^2: exact expectation values for small lattices. `symmetry`: sum over one
     configuration per orbit of translations or of the whole space group (lattice), for a model
-    and Hamiltonian invariant under it (checked when the run is built). `n_samples` is not used
-    (the sum covers the whole space; a warning says so): accepted so that a config written for a
-    sampler (an experiment, debug=fast) can switch to sampler=full_sum."""
+    and Hamiltonian invariant under it (checked when the run is built). `beyond` (null |
+    metropolis_local | metropolis_exchange): the Markov chain sampler, of `n_samples` (null: its
+    default) in `n_chains` chains, that a space beyond the full sum's reach gets instead (null: refused),
+    so that one config runs at every size. Without `beyond`, `n_samples` is not used (a warning
+    says so): accepted so that a config written for a sampler (an experiment, debug=fast) can
+    switch to sampler=full_sum."""
     require_int("n_chains", n_chains, minimum=1)
     if symmetry not in FULL_SUM_SYMMETRIES:
         raise ConfigError("symmetry", f"must be one of {', '.join(FULL_SUM_SYMMETRIES)} (got {symmetry!r})")
+    if beyond is not None and beyond not in BEYOND:
+        raise ConfigError("beyond", f"must be null or one of {', '.join(BEYOND)} (got {beyond!r})")
     if hilbert.n_states > FULL_SUM_MAX_STATES:
+        if beyond is not None:
+            logging.info("sampler: the %d states are beyond the full sum's %d: %s", hilbert.n_states,
+                         FULL_SUM_MAX_STATES, beyond)
+            counts = {} if n_samples is None else {"n_samples": n_samples}  # null: the Markov sampler's default
+            return BEYOND[beyond](hilbert, n_chains=n_chains, **counts)
+        chain = _markov_chain_for(hilbert)
         raise ConfigError(
             "sampler",
-            f"full_sum needs a Hilbert space of at most {FULL_SUM_MAX_STATES} states "
-            f"(this one has {hilbert.n_states}); {markov_chain_advice(hilbert)}",
+            f"full_sum needs a Hilbert space of at most {FULL_SUM_MAX_STATES} states (this one has "
+            f"{hilbert.n_states}); use sampler.beyond={chain} or sampler={chain} (the first sums where the space "
+            "fits and samples beyond it)",
         )
     states_DxN = all_states(hilbert)
     if symmetry == "none":
@@ -238,7 +259,7 @@ def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_sam
     else:
         states_DxN, size_D = orbits(states_DxN, symmetry_group(hilbert, symmetry))
     D = len(states_DxN)
-    if n_samples is not None:
+    if n_samples is not None and beyond is None:
         logging.warning("sampler.n_samples=%s is not used by full_sum, which sums over all %d configurations%s",
                         n_samples, D, "" if symmetry == "none" else " (orbits)")
     T = max(2, -(-D // n_chains))
@@ -249,38 +270,7 @@ def full_sum(hilbert: Hilbert, n_chains: int = 16, symmetry: str = "none", n_sam
     return FullSumSampler(hilbert, n_chains, symmetry, sigma.reshape(n_chains, T, -1), log_size.reshape(n_chains, T))
 
 
-def full_sum_weights(sampler: FullSumSampler, amplitude: "Amplitude", params, sigma_CxTxN):
-    """w [C, T]: |psi|^2 times the orbit size, normalised to sum 1 (0 on the padding;
-    `normalised_weights`)."""
-    log_abs_CxT = log_abs_of(amplitude, params, sigma_CxTxN)
-    return normalised_weights(2.0 * log_abs_CxT + jnp.asarray(sampler.log_size_CxT, log_abs_CxT.dtype))
-
-
-def importance_weights(sampler, amplitude: "Amplitude", params, sigma_CxTxN):
-    """w [C, T] proportional to |psi|^(2 - p), summing to 1: samples of |psi|^p (p the
-    sampler's `machine_pow`) so weighted estimate expectation values in |psi|^2."""
-    return normalised_weights((2.0 - sampler.machine_pow) * log_abs_of(amplitude, params, sigma_CxTxN))
-
-
-def log_abs_of(amplitude: "Amplitude", params, sigma_CxTxN):
-    """log |psi| [C, T] of samples, evaluated as the Markov chains evaluate it: one configuration
-    per chain at a time, so the values are the same bits on every layout (one batch of all C T
-    rows would let XLA pick a different matrix product for each layout's rows per device)."""
-    tables = amplitude.prepare(params)
-    log_abs_TxC = jax.lax.map(lambda sigma_CxN: amplitude.init(tables, sigma_CxN)[0], jnp.swapaxes(sigma_CxTxN, 0, 1))
-    return log_abs_TxC.T
-
-
-def normalised_weights(log_w_CxT):
-    """exp(log w) / sum exp(log w) [C, T] (0 where log w is -inf). The largest log-weight
-    (`chain_max`) is taken out before exponentiating and the normaliser is a `chain_sum`, so the
-    weights are the same bits on every layout."""
-    w_CxT = jnp.exp(log_w_CxT - chain_max(log_w_CxT))
-    return w_CxT / chain_sum(jnp.sum(w_CxT, axis=1))
-
-
 # --- chains -------------------------------------------------------------------------------
-
 
 def chain_keys(seed: int, n_chains: int):
     """One key per chain, a function of the seed and the chain's global index only."""

@@ -148,7 +148,7 @@ def exact_statistics(x_CxT, w_CxT) -> Stats:
 
 def importance_statistics(x_CxT, w_CxT) -> Stats:
     """Stats of samples of another distribution than |psi|^2 with importance weights w [C, T]
-    that sum to 1 (`runner.core.sampler.importance_weights`): the weighted (self-normalised) mean and
+    that sum to 1 (`runner.core.weights.importance_weights`): the weighted (self-normalised) mean and
     variance; the error of the mean by the delta method, from z = N w (x - mean), whose plain
     mean has the same fluctuations: sqrt(<|z|^2> / N (1 + 2 tau)) with tau and R-hat those of
     Re z (equal weights give `statistics`' error)."""

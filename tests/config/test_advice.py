@@ -7,7 +7,10 @@ import pytest
 
 from runner import cli
 from runner.config.build import build
+from runner.core.full_sum import FullSumSampler
+from runner.core.sampler import MetropolisSampler
 from runner.errors import ConfigError
+from runner.physics import symmetry
 from tests.helpers.config import compose_config
 
 
@@ -34,7 +37,6 @@ def followed(overrides, alternative):
 
 REFUSED = [
     # beyond the full sum's 2^16 states, with and without a fixed total_sz
-    (["experiment=triangular_heisenberg", "hilbert.L=6"], "full_sum needs"),
     (["experiment=j1j2_square_full_sum", "hilbert.L=6"], "full_sum needs"),
     (["hilbert.L=20", "sampler=full_sum"], "full_sum needs"),
     (["hilbert.L=20", "hilbert.total_sz=0", "hamiltonian=heisenberg", "sampler=full_sum"], "full_sum needs"),
@@ -58,7 +60,7 @@ def test_each_suggestion_builds(overrides, refused):
 
 def test_full_sum_beyond_its_size_names_only_valid_samplers():
     # total_sz set: metropolis_local (refused with a fixed Sz) is not offered
-    err = refusal(["experiment=triangular_heisenberg", "hilbert.L=6"])
+    err = refusal(["experiment=j1j2_square_full_sum", "hilbert.L=6"])
     assert "metropolis_exchange" in str(err) and "metropolis_local" not in str(err)
     err = refusal(["hilbert.L=20", "sampler=full_sum"])  # no total_sz: exchange would be refused
     assert "metropolis_local" in str(err) and "metropolis_exchange" not in str(err)
@@ -101,3 +103,19 @@ def test_a_key_an_experiment_sets_for_another_option_says_how_to_remove_it():
     followed.append("reject_jump=null")
     cli.check_overrides(followed)
     assert build(compose_config(followed)).problem.sampler.n_samples > 0
+
+
+@pytest.mark.parametrize("experiment,small,large", [
+    ("triangular_heisenberg", [], ["hilbert.L=6"]),
+    ("triangular_heisenberg", ["hilbert.L=null", "hilbert.Lx=3", "hilbert.Ly=4"], ["hilbert.L=null", "hilbert.Lx=4",
+                                                                                   "hilbert.Ly=6"]),
+    ("kagome_heisenberg", [], ["hilbert.Lx=4", "hilbert.Ly=4"]),
+])
+def test_a_recipe_sums_where_the_space_fits_and_samples_beyond_it(experiment, small, large):
+    """The lattice recipes run unchanged on any torus: the full sum over orbits up to 2^16 states,
+    exchange-move chains of 1024 samples beyond, the sector auto's (trivial where no exact solver runs)."""
+    summed = build(compose_config([f"experiment={experiment}", *small]))
+    assert isinstance(summed.problem.sampler, FullSumSampler) and summed.problem.sampler.symmetry == "lattice"
+    sampled = build(compose_config([f"experiment={experiment}", *large]))
+    assert isinstance(sampled.problem.sampler, MetropolisSampler) and sampled.problem.sampler.n_samples == 1024
+    assert sampled.sector == symmetry.trivial_sector(sampled.hilbert, sampled.hilbert.space_group)

@@ -232,3 +232,22 @@ def test_far_swaps_keep_psi_squared_and_each_copy_s_sz():
     assert smp.metropolis_exchange(apart, n_samples=32, n_chains=16, far_swap=0.1).rule.draw(key, 3).shape == (3, 4)
     with pytest.raises(ConfigError, match="is a probability"):
         smp.metropolis_exchange(hb.chain(8, total_sz=0), far_swap=1.5)
+
+
+def test_a_full_sum_with_beyond_sums_where_the_space_fits_and_samples_beyond_it():
+    """`full_sum(beyond=...)`: the full sum up to 2^16 states, the named Markov chain sampler (its
+    n_samples, or its default) beyond; without `beyond` a space beyond is refused, naming both ways."""
+    small = hb.square(L=4, total_sz=0)  # 12870 states
+    assert isinstance(smp.full_sum(small, symmetry="lattice", beyond="metropolis_exchange"), smp.FullSumSampler)
+    large = hb.square(L=6, total_sz=0)
+    chain = smp.full_sum(large, n_chains=8, symmetry="lattice", n_samples=256, beyond="metropolis_exchange")
+    assert isinstance(chain, smp.MetropolisSampler)
+    assert (chain.n_samples, chain.n_chains, chain.hilbert) == (256, 8, large)
+    assert smp.full_sum(large, beyond="metropolis_exchange").n_samples == 1024
+    assert isinstance(smp.full_sum(hb.chain(L=20), beyond="metropolis_local"), smp.MetropolisSampler)
+    with pytest.raises(ConfigError, match="sampler.beyond=metropolis_exchange or sampler=metropolis_exchange"):
+        smp.full_sum(large)
+    with pytest.raises(ConfigError, match="beyond"):
+        smp.full_sum(small, beyond="metropolis")
+    with pytest.raises(ConfigError, match="total_sz"):  # local flips in a fixed-Sz space: the sampler's own refusal
+        smp.full_sum(large, beyond="metropolis_local")
