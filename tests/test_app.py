@@ -492,6 +492,22 @@ def test_header_names_a_task_other_than_the_ground_state(caplog):
     assert "task: excited(n_states=3)" in caplog.text
 
 
+def test_header_says_what_a_full_sum_beyond_its_reach_samples_with(caplog):
+    import types
+
+    from runner.config.build import build
+    from runner.outputs.header import log_header
+    from tests.helpers.config import compose_config
+
+    for torus, line in (([], "exact sum over"),
+                        (["hilbert.L=6"], "1024 samples over 16 chains, beyond the full sum's reach: metropolis_exchange")):
+        config = compose_config(["experiment=triangular_heisenberg", *torus])
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            log_header(build(config), types.SimpleNamespace(n_devices=1), config)
+        assert line in caplog.text and ("beyond the full sum's reach" in caplog.text) == bool(torus)
+
+
 def test_resume_false_says_what_it_replaces(finished, tmp_path):
     """The line resume=false logs over a completed run, from the stored summary's fingerprint."""
     import dataclasses

@@ -55,6 +55,13 @@ def _sample_count(sampler) -> str:
     return f"{sampler.n_samples} samples over {sampler.n_chains} chains"
 
 
+def _beyond(node: dict, sampler) -> str:
+    """What a full sum's `beyond` took over with, where the space was beyond its reach ('' otherwise)."""
+    if not node.get("beyond") or isinstance(sampler, FullSumSampler):
+        return ""
+    return f", beyond the full sum's reach: {node['beyond']}"
+
+
 def log_header(experiment, layout, config: dict):
     """Logs what is about to run: the task (unless a ground state), lattice, Hamiltonian (and its
     energies' unit), model (its parameter count and evaluation
@@ -81,7 +88,7 @@ def log_header(experiment, layout, config: dict):
         f"hamiltonian: {describe(config['hamiltonian'])}; energies in {energy_unit(config['hamiltonian'].get('_target_'))}",
         f"model: {describe(config['model'])}: {n_params} parameters; {paths(experiment.problem.model)}",
         *([] if experiment.sector is None else [f"sector: {experiment.sector.name}{_how(experiment, config['model'])}"]),
-        f"sampler: {describe(config['sampler'])}: {_sample_count(sampler)}",
+        f"sampler: {describe(config['sampler'])}: {_sample_count(sampler)}{_beyond(config['sampler'], sampler)}",
         *([] if dynamics else
           [f"optimizer: {describe(config['optimizer'])}; preconditioner: {describe(config['preconditioner'])}"]),
         (f"dtype: {experiment.dtype_name}; backend: {experiment.parallel['backend']}, "
