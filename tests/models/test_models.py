@@ -336,8 +336,8 @@ def _lattice_model(name, dtype, seed=0):
     params = model.init(jax.random.PRNGKey(seed), states[0])["params"]
     if name.startswith("rbm_symm"):  # away from its near-uniform start (the deep models start there already)
         params = jax.tree_util.tree_map(lambda x: 10 * x, params)
-    if name.startswith("gcnn"):  # its last layers start small (log psi nearly flat)
-        params = jax.tree_util.tree_map(lambda x: 3 * x, params)
+    if name.startswith("gcnn"):  # at its start's scale a 6-site sector's psi spans more than alive's 1e-6 cut
+        params = jax.tree_util.tree_map(lambda x: 0.3 * x, params)
     return lattice, model, states, params
 
 
