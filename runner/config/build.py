@@ -4,14 +4,13 @@ import dataclasses
 import importlib
 import inspect
 import logging
-import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner.config import excited, fingerprint, schedules, task
+from runner.config import excited, fingerprint, schedules, signs, task
 from runner.core import memory, precond
 from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.problem import Problem
@@ -42,7 +41,6 @@ DTYPES = {
 # the dense solvers build S (or minSR's T) and solve in 64-bit (precond.solving_in), where a
 # 32-bit Gram matrix loses half its digits to the condition number.
 MIXED = ("float32_mixed", "complex64_mixed")
-REAL = ("float32", "float64", "float32_mixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,47 +200,6 @@ def _check_physics(config, settings, hilbert, hamiltonian, dtype_name):
             )
 
 
-def _complex_log_psi(model, hilbert) -> bool:
-    """Whether the model's log psi is complex, read from its abstract evaluation (`jax.eval_shape`:
-    no device touched)."""
-
-    def log_psi():
-        sigma = jnp.ones((1, hilbert.n_sites), jnp.int8)
-        return model.apply(model.init(jax.random.PRNGKey(0), sigma), sigma)
-
-    with warnings.catch_warnings():  # x64 is not set yet: float64 requests would warn of truncation
-        warnings.simplefilter("ignore")
-        return jnp.iscomplexobj(jax.eval_shape(log_psi))
-
-
-def _check_phases(config, hilbert, hamiltonian, model, dtype_name):
-    """Refuses complex phases of a phase prior (H's `angles`) for a model whose log psi is real."""
-    if hamiltonian.angles is not None and dtype_name in REAL and not _complex_log_psi(model, hilbert):
-        raise ConfigError("hamiltonian.phase_prior", f"{config['hamiltonian'].get('phase_prior')} gives H complex "
-                          f"elements, which the real wavefunction of dtype={dtype_name} cannot follow; use dtype=complex128")
-
-
-def _warn_on_signs(model, hilbert, hamiltonian, dtype_name, excited_states: bool):
-    """Warns when a model whose log psi is real (real parameters, and no complex output layer or
-    character to give it phases) meets a Hamiltonian that is not stoquastic, or is asked for excited
-    states (which have nodes a positive psi cannot have)."""
-    if dtype_name not in REAL:
-        return
-    if excited_states and not _complex_log_psi(model, hilbert):
-        logging.warning("dtype=%s gives this model a real, sign-free wavefunction, which cannot represent excited "
-                        "states (they have nodes); consider dtype=complex128", dtype_name)
-        return
-    if pauli.is_stoquastic(hamiltonian):
-        return
-    if _complex_log_psi(model, hilbert):
-        return
-    logging.warning(
-        "dtype=%s gives this model a real, sign-free wavefunction, but this Hamiltonian is not stoquastic "
-        "(positive or complex off-diagonal elements), so its ground state may have signs it cannot represent; "
-        "consider dtype=complex128", dtype_name,
-    )
-
-
 def _check_full_sum(config, problem):
     """Refuses what a full sum does not do: clipping (no outliers to clip in exact sums), step
     rejection (no error bars to compare a jump with), SPRING (its kernel correction assumes
@@ -366,8 +323,7 @@ def build(config: dict) -> Experiment:
     model_cfg = config["model"] if sector is None else {**config["model"], "sector": sector}
     model = instantiate("model", model_cfg, param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))
     check_fast_paths(type(model))  # a partial fast-path declaration is refused before anything compiles
-    _check_phases(config, hilbert, hamiltonian, model, dtype_name)
-    _warn_on_signs(model, hilbert, hamiltonian, dtype_name, n_states is not None)
+    signs.check(model, hilbert, hamiltonian, dtype_name, n_states is not None, config["hamiltonian"])
     sampler = instantiate("sampler", config["sampler"], hilbert=excited.sampled_space(hilbert, n_states))
     optimizer_cfg, learning_rate = _with_schedule(config, "optimizer", "learning_rate")
     if learning_rate is None:

@@ -185,6 +185,7 @@ def metropolis_local(
 
 def metropolis_exchange(
     hilbert: Hilbert,
+    *,
     n_samples: int = 1024,
     n_chains: int = 16,
     n_discard_per_chain: int | None = None,

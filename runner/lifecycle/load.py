@@ -78,7 +78,7 @@ def stored_fingerprint(run_dir) -> dict:
     return fingerprint.record(fingerprint.of(fingerprint.fingerprinted(read_config(run_dir), None)))
 
 
-def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: str, here: str = "this config",
+def refuse_difference(stored: dict, current: dict, prefixes, where: str, why: str, here: str = "this config", *,
                       ignore=()):
     """Raises ConfigError naming the first key under `prefixes` but not in `ignore` whose value
     differs between two flattened configs, with both values (`where` names the stored one's run,

@@ -279,10 +279,11 @@ def _experiment(model, initial_state="plus_x"):
     return SimpleNamespace(settings=SimpleNamespace(task=task, seed=0), problem=problem, hilbert=lattice)
 
 
-def test_plus_x_needs_a_model_that_is_uniform_at_zero():
+def test_plus_x_needs_a_model_with_a_uniform_point_whose_tangent_moves():
     from models import RBM
 
-    dyn.check(_experiment(RBM(alpha=1)))
     dyn.check(_experiment(Jastrow(param_dtype=jnp.complex128)))
+    with pytest.raises(ConfigError, match="task.initial_state is plus_x, which the model RBM cannot"):
+        dyn.check(_experiment(RBM(alpha=1)))  # uniform at zero, with only single-site fields in its tangent
     with pytest.raises(ConfigError, match="task.initial_state is plus_x, which the model Tilted cannot"):
         dyn.check(_experiment(Tilted()))
