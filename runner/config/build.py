@@ -251,17 +251,26 @@ def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamil
     the key). `auto` is the exact ground state's sector where the run's exact solver runs (the
     trivial sector, with one warning, where a 2-D irrep holds it), else the trivial sector: k = 0,
     the fully symmetric irrep, no parity. The spectrum by sector behind `auto` is the run's
-    (`runner.physics.spectrum` keeps it; spectrum.json and the sector fields reuse it)."""
+    (`runner.physics.spectrum` keeps it; spectrum.json and the sector fields reuse it). A sector
+    of a space group the Hamiltonian does not commute with (a phase prior's) is refused."""
     target = node.get("_target_")
     if "sector" not in node or not target or "sector" not in _accepted_keys(_import(target)):
         return None
     group = symmetry.space_group(hilbert)
     sector = symmetry.parse_sector(node["sector"], hilbert, "model.sector", group)
-    if sector != "auto":
-        return sector
-    trivial = symmetry.trivial_sector(hilbert, group)
-    if not exact.wants_exact(settings.exact, hilbert):
-        return trivial
+    if sector is None:
+        return None
+    if sector == "auto" and exact.wants_exact(settings.exact, hilbert):
+        return _ground_sector(hamiltonian, hilbert, symmetry.trivial_sector(hilbert, group))
+    if (g := pauli.not_invariant_under(hamiltonian, symmetry_group(hilbert, "lattice"))) is not None:
+        raise ConfigError("model.sector", f"projects onto a sector of the space group, whose element {g} this "
+                                          "Hamiltonian lacks (e.g. a phase prior's); use model.sector=null")
+    return symmetry.trivial_sector(hilbert, group) if sector == "auto" else sector
+
+
+def _ground_sector(hamiltonian: Hamiltonian, hilbert: Hilbert, trivial):
+    """`model.sector: auto`'s sector where the exact solver runs: the ground state's (`trivial`,
+    with one warning, where a 2-D irrep holds it)."""
     try:
         ground, _ = spectrum.ground_sector(hamiltonian, hilbert)
     except ValueError as err:

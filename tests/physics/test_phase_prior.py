@@ -149,6 +149,11 @@ def test_build_refuses_a_real_dtype_and_the_groups_the_rotated_h_lacks():
     with pytest.raises(ConfigError, match="space-group element") as info:
         build(compose_config([*prior, "dtype=complex128", "model=cnn", "model.channels=2", "model.sector=auto"]))
     assert info.value.key == "model.sector"
+    for sector in ("{momentum: [0, 0], irrep: A1}", "auto"):  # explicit, and auto with the exact solver off
+        with pytest.raises(ConfigError, match="whose element .* this Hamiltonian lacks") as info:
+            build(compose_config([*prior, "dtype=complex128", "model=cnn", "model.channels=2", "exact=false",
+                                  f"model.sector={sector}"]))
+        assert info.value.key == "model.sector"
 
 
 def test_rotated_h_keeps_the_elements_that_shift_every_sublattice_alike():
