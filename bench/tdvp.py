@@ -3,6 +3,9 @@
 translation-symmetric RBM alpha 2, 4096 samples, RK4, dt 0.01, soft pseudo-inverse rcond 1e-6) in
 vmc-runner and in NetKet (`bench/netket_tdvp.py`: `netket.experimental.TDVP`), started from the
 uniform state (all-zero parameters: |+x>), interleaved (A B B A ...), each a fresh process.
+The runner now refuses that start (`task.initial_state: plus_x` for a model whose tangent there
+holds single-site fields only, a frozen trajectory: exit 2), so the runner's side stops at once
+until the benchmark is given a start that moves on both sides.
 
 Reported: seconds of wall time per unit of physical time, from the first saved time after t = 0
 to t_end (compilation and the first interval left out), and their ratio (ours / NetKet's). The

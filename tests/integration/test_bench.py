@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import statistics
+import subprocess
 import sys
 from unittest import mock
 
@@ -344,7 +345,11 @@ def test_tdvp_bench_runs_the_quench_experiments_numerics():
 
 
 @pytest.mark.slow
-def test_tdvp_bench_times_the_runners_quench(tmp_path):
+def test_tdvp_bench_start_is_refused_until_it_moves(tmp_path):
+    """bench/tdvp.py times a quench from the all-zero RBMSymm (|+x>), whose tangent holds single-site
+    fields only (a frozen trajectory): the runner now refuses that start with exit 2, so the bench
+    needs a start that moves on both sides before it times anything again (docs/benchmarks.md)."""
     args = bench_tdvp.argparse.Namespace(L=6, n_samples=64, t_end=0.1)
-    result = bench_tdvp.ours(args, tmp_path / "run", os.environ.copy())
-    assert result["saved_times"] == [0.0, 0.05, 0.1] and result["seconds_per_unit_time"] > 0
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        bench_tdvp.ours(args, tmp_path / "run", os.environ.copy())
+    assert err.value.returncode == 2 and b"task.initial_state is plus_x" in err.value.stderr
