@@ -11,8 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 import models
 from runner.config.build import build
@@ -20,6 +18,7 @@ from runner.errors import ConfigError
 from runner.lifecycle import transfer, warm_start
 from runner.physics import hilbert as spaces
 from tests.helpers.cli import REPO, run_cli
+from tests.helpers.config import compose_config
 
 
 def tiled(sigma_N, small, large):
@@ -153,13 +152,8 @@ TARGET = ["hilbert=square", "hilbert.L=4", "hamiltonian=heisenberg", "hilbert.to
           "final_rounds=1", "peak_search=0", "checkpoint_every=1000", "observables=none"]
 
 
-def composed(overrides):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
-
-
 def built(overrides):
-    config = composed(overrides)
+    config = compose_config(overrides)
     return warm_start.resolve(build(config), config)
 
 
@@ -186,7 +180,7 @@ def test_a_full_sum_run_on_a_small_torus_starts_a_monte_carlo_run_on_a_larger_on
 
 def flat(overrides):
     from runner.config import fingerprint
-    return fingerprint.of(composed(overrides))
+    return fingerprint.of(compose_config(overrides))
 
 
 @pytest.mark.parametrize("source,change,expected", [
