@@ -110,9 +110,8 @@ def markov_chain_advice(hilbert: Hilbert) -> str:
     """What a refusal of sampler=exact or full_sum suggests: the Markov-chain sampler that builds
     for this space (metropolis_local cannot keep a fixed hilbert.total_sz; metropolis_exchange
     needs one)."""
-    if hilbert.total_sz is not None:
-        return "use sampler=metropolis_exchange (it keeps hilbert.total_sz fixed)"
-    return "use sampler=metropolis_local"
+    why = "" if hilbert.total_sz is None else " (it keeps hilbert.total_sz fixed)"
+    return f"use sampler={_markov_chain_for(hilbert)}{why}"
 
 
 def _markov_chain_for(hilbert: Hilbert) -> str:
