@@ -12,7 +12,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from models import symmetrize
-from models.common import activation, check_param_dtype, normal
+from models.common import activation, attached, check_param_dtype, normal
 from runner.errors import ConfigError
 
 
@@ -202,12 +202,19 @@ class CNN(nn.Module):
         super().__post_init__()
 
     def plus_x(self, params):
-        """The parameters of the uniform state from those of an initialisation: the readout zero
-        (log psi = 0) and the residual layers zero (x = the first layer's convolution), so that the
-        log-derivatives, the readout's, are the channels' sums over cells of f(conv(s)): functions
-        of one kernel window each, with the two-body terms of the pairs in it."""
-        zeroed = {"readout"} | {f"{kind}{layer}" for kind in ("kernel", "bias") for layer in range(1, self.depth)}
-        return {k: jnp.zeros_like(v) if k in zeroed else v for k, v in params.items()}
+        """The parameters of the uniform state from those of an initialisation: each channel of the
+        first convolution sees one site of its cell alone (the window's centre, basis site c mod
+        n_basis: `models.common.attached`), every bias and the residual layers zero, the readout
+        kept. Then f(x) = log cosh(w s) is the same on every configuration, and the log-derivatives
+        in the first kernel, readout_c tanh(w) sum over cells of s_cell s_(cell + offset), hold
+        every translation-invariant two-body term within a window."""
+        n_dims = len(self.hilbert.shape)
+        centre = np.all(kernel_offsets(self.kernel_size, n_dims) == 0, axis=-1)
+        k = params["kernel0"].reshape(len(centre), -1, self.channels)
+        k = jnp.where(centre[:, None, None], attached(k[0])[None], 0).astype(k.dtype)
+        zeroed = {f"{kind}{layer}" for kind in ("kernel", "bias") for layer in range(1, self.depth)} | {"bias0"}
+        out = {name: jnp.zeros_like(v) if name in zeroed else v for name, v in params.items()}
+        return {**out, "kernel0": k.reshape(params["kernel0"].shape)}
 
     @nn.compact
     def unprojected(self, sigma_xN):

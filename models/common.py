@@ -246,3 +246,17 @@ def sum_log_cosh(x_xM):
 def _sum_log_cosh_jvp(primals, tangents):
     (x,), (dx,) = primals, tangents
     return sum_log_cosh(x), jnp.sum(jnp.tanh(x) * dx, axis=-1)
+
+
+ATTACHED_WEIGHT = 1.0  # plus_x: each unit's one weight (tanh 0.76: log-derivatives of order 1)
+
+
+def attached(kernel_NxM):
+    """A kernel [N, M] of `kernel`'s dtype whose unit m sees site m mod N alone, with weight
+    ATTACHED_WEIGHT: with zero bias, log cosh(w s_m) = log cosh(w) on every configuration (psi
+    uniform), while the unit's log-derivatives in its weights, tanh(w s_m) s_k = tanh(w) s_m s_k,
+    hold every two-body term (and in its bias, tanh(w) s_m, every one-body term): the `plus_x`
+    of the models built on log cosh of linear maps of the spins."""
+    n, m = kernel_NxM.shape
+    mine = (jnp.arange(n)[:, None] == jnp.arange(m)[None, :] % n)
+    return jnp.where(mine, ATTACHED_WEIGHT, 0).astype(kernel_NxM.dtype)

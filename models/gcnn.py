@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import symmetrize
-from models.common import check_param_dtype, log_cosh, normal, real_times
+from models.common import attached, check_param_dtype, log_cosh, normal, real_times
 from runner.errors import ConfigError
 from runner.physics import symmetry
 
@@ -298,6 +298,14 @@ class GCNN(nn.Module):
         # Heisenberg model (docs/notes/starts.md).
         self.readout = self.param("readout", normal(READOUT_GAIN / math.sqrt(features[-1])), (features[-1],),
                                   self.param_dtype)
+
+    def plus_x(self, params):
+        """The parameters of the uniform state from those of an initialisation: feature c of the
+        first layer sees site c mod N alone (`models.common.attached`) with zero bias, so every
+        layer's input is the same on every configuration, and the log-derivatives in the first
+        kernel, sums over the group of s_g(c) s_g(k) times the later layers' (equivariant, hence
+        element-independent) sensitivity, hold every symmetric two-body term."""
+        return {**params, "kernel0": attached(params["kernel0"]), "bias0": jnp.zeros_like(params["bias0"])}
 
     def features_xGxC(self, sigma_xN, n_layers: int | None = None, elements=None):
         """The features f of layer `n_layers` (1 to len(features), default the last), before

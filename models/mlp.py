@@ -6,7 +6,7 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from models.common import check_param_dtype, log_cosh, normal, sum_log_cosh, sum_log_cosh_real_part
+from models.common import attached, check_param_dtype, log_cosh, normal, sum_log_cosh, sum_log_cosh_real_part
 from runner.errors import ConfigError
 
 
@@ -43,6 +43,14 @@ class MLP(nn.Module):
                 bias_init=normal(0.01),
             )(x)
         return x
+
+    def plus_x(self, params):
+        """The parameters of the uniform state from those of an initialisation: unit j of the first
+        layer sees site j mod N alone (`models.common.attached`) with zero bias, so every later
+        layer's input is the same on every configuration, and the log-derivatives in the first
+        kernel hold every two-body term s_j s_k."""
+        first = params["Dense_0"]
+        return {**params, "Dense_0": {"kernel": attached(first["kernel"]), "bias": jnp.zeros_like(first["bias"])}}
 
     def __call__(self, sigma_xN):
         return sum_log_cosh(self.features(sigma_xN))

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from models import symmetrize
-from models.common import check_param_dtype, normal, real_times, sum_log_cosh, sum_log_cosh_real_part
+from models.common import attached, check_param_dtype, normal, real_times, sum_log_cosh, sum_log_cosh_real_part
 from models.fast_paths import JacobianProducts, LocalRatios, SamplerCache
 from runner.errors import ConfigError
 
@@ -46,6 +46,14 @@ class RBM(nn.Module):
         """All of them without projection; with one, the local ratios (of the projection, from
         those of `unprojected`), the sampler and the Jacobian products taking the generic paths."""
         return (LocalRatios,) if symmetrize.projects(self.sector) else self.fast_paths
+
+    def plus_x(self, params):
+        """The parameters of the uniform state from those of an initialisation: hidden unit j sees
+        site j mod N alone (`models.common.attached`), every bias zero, so psi is uniform and the
+        log-derivatives in W hold every two-body term s_j s_k (at W = 0 they are linear in the
+        spins: the quench would stay frozen)."""
+        out = {"kernel": attached(params["kernel"]), "hidden_bias": jnp.zeros_like(params["hidden_bias"])}
+        return {**out, "visible_bias": jnp.zeros_like(params["visible_bias"])} if "visible_bias" in params else out
 
     @nn.compact
     def features(self, sigma_xN):

@@ -1,6 +1,7 @@
 """plus_x for every model: psi exactly uniform, and the exact first-order response -i (H - E) psi of
-the TFIM quench in the span of the log-derivatives (dense over all 2^L configurations); the models
-that cannot refuse with a ConfigError on task.initial_state."""
+the TFIM quench in the span of the log-derivatives (dense over all 2^N configurations, on a chain, a
+square and a triangular torus), and the runner's own first TDVP residual zero; the models that
+cannot refuse with a ConfigError on task.initial_state."""
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ from jax.flatten_util import ravel_pytree
 
 from runner.config.build import build
 from runner.errors import ConfigError
+from runner.core.sampler import init_chains
 from runner.lifecycle import dynamics as dyn
 from runner.physics import hilbert as hb
 from tests.helpers.config import CONF, compose_config
@@ -17,23 +19,30 @@ from tests.helpers.dense import basis_index, dense_ising
 
 L, H_QUENCH = 6, 0.5
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
-ACCEPTED = ("cnn", "jastrow")  # the rest have no plus_x (docs/dynamics.md)
+ACCEPTED = ("cnn", "gcnn", "jastrow", "mlp", "rbm")  # the rest have no plus_x (docs/dynamics.md)
+LATTICES = {"chain": [f"hilbert.L={L}"], "square": ["hilbert=square", "hilbert.L=3"],
+            "triangular": ["hilbert=triangular", "hilbert.L=3"]}
+SLOW = {"cnn", "gcnn"}
+SMALLER = {"gcnn": ["model.features=[2,2]"]}  # on the tori: the default's TDVP over 108 elements takes minutes
 MAX_RESIDUAL = 1e-6  # |O c - r| / |r| at the least-squares c
 
 
-def _experiment(model):
-    return build(compose_config(["task=dynamics", f"hilbert.L={L}", f"hamiltonian.h={H_QUENCH}", f"model={model}",
-                                 "dtype=complex128", "sampler=full_sum"]))
+def _experiment(model, lattice="chain"):
+    smaller = SMALLER.get(model, []) if lattice != "chain" else []
+    return build(compose_config(["task=dynamics", *LATTICES[lattice], f"hamiltonian.h={H_QUENCH}", f"model={model}",
+                                 "dtype=complex128", "sampler=full_sum", *smaller]))
 
 
-def tangent_residual(problem, params, states):
+def tangent_residual(problem, hilbert, params, states):
     """(spread of log psi, relative least-squares residual of the first-order response (H - E) psi / psi,
     centred, by the centred log-derivatives), uniform weights: psi is uniform."""
     flat, unravel = ravel_pytree(params)
     logpsi = lambda v: problem.logpsi(unravel(v), states)  # noqa: E731
     log_D = np.asarray(jax.jit(logpsi)(flat))
-    O_DxP = np.asarray(jax.jit(jax.jacfwd(logpsi, holomorphic=True))(flat))
-    H = dense_ising(hb.chain(L).bonds, L, 1.0, H_QUENCH)[np.ix_(basis_index(states), basis_index(states))]
+    one = lambda v, state: problem.logpsi(unravel(v), state[None])[0]  # noqa: E731
+    O_DxP = np.asarray(jax.jit(jax.vmap(jax.grad(one, holomorphic=True), in_axes=(None, 0)))(flat, states))
+    n = states.shape[-1]
+    H = dense_ising(hilbert.bonds, n, 1.0, H_QUENCH)[np.ix_(basis_index(states), basis_index(states))]
     psi = np.exp(log_D - log_D[0])
     r = H @ psi / psi
     r = r - r.mean()
@@ -42,19 +51,29 @@ def tangent_residual(problem, params, states):
     return float(np.max(np.abs(log_D - log_D[0]))), float(np.linalg.norm(O_DxP @ c - r) / np.linalg.norm(r))
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.slow) if m == "cnn" else m for m in MODELS])
-def test_plus_x_is_uniform_with_a_full_tangent_or_refused(model):
-    experiment = _experiment(model)
+CASES = [pytest.param(m, lattice, marks=pytest.mark.slow) if m in SLOW or lattice != "chain" else (m, lattice)
+         for lattice in LATTICES for m in MODELS if m in ACCEPTED or lattice == "chain"]
+
+
+@pytest.mark.parametrize(("model", "lattice"), CASES)
+def test_plus_x_is_uniform_with_a_full_tangent_or_refused(model, lattice):
+    experiment = _experiment(model, lattice)
     if model not in ACCEPTED:
         with pytest.raises(ConfigError, match=f"task.initial_state is plus_x, which the model "
                                               f"{type(experiment.problem.model).__name__} cannot represent"):
             dyn.check(experiment)
         return
     dyn.check(experiment)
-    params = dyn._plus_x_params(experiment.problem, experiment.settings.seed)
-    spread, residual = tangent_residual(experiment.problem, params, jnp.asarray(hb.all_states(experiment.hilbert)))
+    problem = experiment.problem
+    params = dyn._plus_x_params(problem, experiment.settings.seed)
+    spread, residual = tangent_residual(problem, experiment.hilbert, params,
+                                        jnp.asarray(hb.all_states(experiment.hilbert)))
     assert spread < 1e-12
     assert residual < MAX_RESIDUAL
+    # the runner's own first step: its TDVP residual r^2 over the full sum
+    _, metrics = jax.jit(lambda p, c: dyn.measure(problem, experiment.settings.task.equation, None, p, c))(
+        params, init_chains(problem.sampler, 0))
+    assert float(metrics["residual"]) < MAX_RESIDUAL
 
 
 def test_every_parameter_zero_freezes_the_rbm():
@@ -64,5 +83,5 @@ def test_every_parameter_zero_freezes_the_rbm():
     problem = experiment.problem
     params = problem.model.init(jax.random.PRNGKey(0), jnp.ones(L, jnp.int8))["params"]
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    spread, residual = tangent_residual(problem, zeros, jnp.asarray(hb.all_states(experiment.hilbert)))
+    spread, residual = tangent_residual(problem, experiment.hilbert, zeros, jnp.asarray(hb.all_states(experiment.hilbert)))
     assert spread < 1e-12 and residual == pytest.approx(1.0, abs=1e-9)
