@@ -246,18 +246,25 @@ def _lattice_for(node: dict, hilbert: Hilbert) -> dict:
     return {"hilbert": hilbert} if target and "hilbert" in _accepted_keys(_import(target)) else {}
 
 
-def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamiltonian):
+def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamiltonian, lattice_group=None):
     """The model's `sector` as a `runner.physics.symmetry.Sector`, or None (null, or a model without
     the key). `auto` is the exact ground state's sector where the run's exact solver runs (the
     trivial sector, with one warning, where a 2-D irrep holds it), else the trivial sector: k = 0,
     the fully symmetric irrep, no parity. The spectrum by sector behind `auto` is the run's
     (`runner.physics.spectrum` keeps it; spectrum.json and the sector fields reuse it). A sector
-    of a space group the Hamiltonian does not commute with (a phase prior's) is refused."""
+    of a space group the Hamiltonian does not commute with is refused: `hilbert` carries the subgroup H
+    keeps (`symmetry.keeping`: a phase prior's), so only an H that lacks a translation meets it."""
     target = node.get("_target_")
     if "sector" not in node or not target or "sector" not in _accepted_keys(_import(target)):
         return None
     group = symmetry.space_group(hilbert)
-    sector = symmetry.parse_sector(node["sector"], hilbert, "model.sector", group)
+    try:
+        sector = symmetry.parse_sector(node["sector"], hilbert, "model.sector", group)
+    except ConfigError as err:
+        if lattice_group is None or lattice_group == group:
+            raise
+        raise ConfigError(err.key, f"{err.message}, within the {len(group.perm_ExN)} of the lattice's "
+                                   f"{len(lattice_group.perm_ExN)} space-group elements this Hamiltonian keeps") from None
     if sector is None:
         return None
     if sector == "auto" and exact.wants_exact(settings.exact, hilbert):
@@ -266,6 +273,13 @@ def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamil
         raise ConfigError("model.sector", f"projects onto a sector of the space group, whose element {g} this "
                                           "Hamiltonian lacks (e.g. a phase prior's); use model.sector=null")
     return symmetry.trivial_sector(hilbert, group) if sector == "auto" else sector
+
+
+def _symmetry(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamiltonian):
+    """(the Hilbert space carrying the space group H keeps, `symmetry.keeping`: the lattice's
+    without a phase prior; the model's sector over that group, `_sector`)."""
+    kept = symmetry.keeping(hilbert, hamiltonian)
+    return kept, _sector(node, settings, kept, hamiltonian, hilbert.space_group)
 
 
 def _ground_sector(hamiltonian: Hamiltonian, hilbert: Hilbert, trivial):
@@ -327,7 +341,7 @@ def build(config: dict) -> Experiment:
     hilbert = instantiate("hilbert", config["hilbert"])
     hamiltonian = instantiate("hamiltonian", config["hamiltonian"], hilbert=hilbert)
     _check_physics(config, settings, hilbert, hamiltonian, dtype_name)
-    sector = _sector(config["model"], settings, hilbert, hamiltonian)
+    hilbert, sector = _symmetry(config["model"], settings, hilbert, hamiltonian)
     n_states = excited.n_states_of(config, settings.task, hilbert, sector)  # None unless task=excited
     model_cfg = config["model"] if sector is None else {**config["model"], "sector": sector}
     model = instantiate("model", model_cfg, param_dtype=param_dtype, **_lattice_for(config["model"], hilbert))

@@ -36,7 +36,9 @@ def _complex_log_psi(model, hilbert) -> bool:
 def _check_phases(node, hilbert, hamiltonian, model, dtype_name):
     """Refuses complex phases of a phase prior (H's `angles`) for a model whose log psi is real."""
     if hamiltonian.angles is not None and dtype_name in REAL and not _complex_log_psi(model, hilbert):
-        raise ConfigError("hamiltonian.phase_prior", f"{node.get('phase_prior')} gives H complex "
+        prior = node.get("phase_prior")
+        prior = "auto (three_sublattice on this lattice)" if prior == "auto" else prior
+        raise ConfigError("hamiltonian.phase_prior", f"{prior} gives H complex "
                           f"elements, which the real wavefunction of dtype={dtype_name} cannot follow; use dtype=complex128")
 
 

@@ -77,7 +77,7 @@ def xxz(hilbert: Hilbert, J: float = 1.0, Delta: float = 1.0, hz: float = 0.0) -
     return _finish(hilbert, terms)
 
 
-PHASE_PRIORS = ("none", "marshall", "three_sublattice")
+PHASE_PRIORS = ("none", "marshall", "three_sublattice", "auto")
 # The values of `sign_rule`, the key phase_prior replaced, in today's spelling (`upgraded`).
 SIGN_RULE = {True: "marshall", False: "none", None: None}
 
@@ -95,12 +95,15 @@ def heisenberg(
             model holds U psi), `phase_rotation`'s: marshall (bipartite lattices), three_sublattice
             (the 120-degree pattern of a triangular lattice; complex elements), none, or None:
             marshall only where it makes H stoquastic (a bipartite lattice with J > 0 and J2 = 0,
-            or J2 < 0), none elsewhere.
+            or J2 < 0), none elsewhere; auto: the classical order of the antiferromagnet where the
+            lattice admits it (`auto_prior`).
     """
     J = require_number("J", J)
     J2 = require_number("J2", J2)
     if phase_prior is not None and phase_prior not in PHASE_PRIORS:
         raise ConfigError("phase_prior", f"must be null, {', '.join(PHASE_PRIORS)} (got {phase_prior!r})")
+    if phase_prior == "auto":
+        phase_prior = auto_prior(hilbert, J)
     pairs = [(J, tuple(b)) for b in hilbert.bonds] + [(J2, b) for b in _next_terms(hilbert, J2, "J2")]
     terms = [(c, ops, b) for c, b in pairs for ops in ("XX", "YY", "ZZ")]
     if phase_prior is not None:
@@ -112,6 +115,18 @@ def heisenberg(
     if is_stoquastic(plain) or not is_stoquastic(marshall):
         return plain
     return marshall
+
+
+def auto_prior(hilbert: Hilbert, J: float = 1.0) -> str:
+    """`phase_prior: auto`'s prior: the classical order of the nearest-neighbour antiferromagnet
+    (J > 0) where the lattice admits it: marshall on a bipartite lattice, three_sublattice where the
+    120-degree pattern fits (a triangular lattice whose periodic extents are multiples of 3, or
+    open); none elsewhere and for J <= 0."""
+    if J <= 0:
+        return "none"
+    if hilbert.sublattice is not None:
+        return "marshall"
+    return "none" if hilbert.three_sublattice is None else "three_sublattice"
 
 
 def phase_rotation(hilbert: Hilbert, prior: str):

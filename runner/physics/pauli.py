@@ -275,6 +275,13 @@ def not_invariant_under(ham: PauliSum, perm_GxN) -> int | None:
     """The first row g of the site permutations perm_GxN (site i -> perm[g, i]) that does not map
     the operator's strings onto themselves with the same coefficients, None when every row does
     (H commutes with the whole group)."""
+    failing = np.nonzero(~commutes_with(ham, perm_GxN))[0]
+    return int(failing[0]) if len(failing) else None
+
+
+def commutes_with(ham: PauliSum, perm_GxN) -> np.ndarray:
+    """bool [G]: whether each row of the site permutations perm_GxN maps the operator's strings
+    onto themselves with the same coefficients (U(g) H U(g)^dagger = H)."""
     def strings(perm):
         out = {}
         for coeff, ops, sites in ham.terms:
@@ -283,11 +290,12 @@ def not_invariant_under(ham: PauliSum, perm_GxN) -> int | None:
         return out
 
     base = strings(np.arange(ham.n_sites))
-    for g, perm in enumerate(np.asarray(perm_GxN)):
+    kept = []
+    for perm in np.asarray(perm_GxN):
         moved = strings(perm)
-        if moved.keys() != base.keys() or any(abs(moved[k] - base[k]) > 1e-12 * max(1.0, abs(base[k])) for k in base):
-            return g
-    return None
+        kept.append(moved.keys() == base.keys()
+                    and all(abs(moved[k] - base[k]) <= 1e-12 * max(1.0, abs(base[k])) for k in base))
+    return np.asarray(kept, bool)
 
 
 def is_stoquastic(ham: PauliSum, tol: float = 1e-12) -> bool:

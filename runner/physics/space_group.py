@@ -104,6 +104,18 @@ class SpaceGroup:
             return self.perm_ExN[self.lattice_order]
         raise ValueError(f"{name!r} is not a group of the lattice; one of {', '.join(SUBGROUPS)}")
 
+    def restricted(self, keep_P) -> "SpaceGroup":
+        """The subgroup of the elements whose point operation is in `keep_P` (indices into `ops`,
+        0 the identity among them, closed under products): those operations, identity first, each
+        with every translation."""
+        keep = sorted({int(p) for p in keep_P})
+        if keep[0] != 0:
+            raise ValueError("a subgroup keeps the identity")
+        new_of = {p: q for q, p in enumerate(keep)}
+        chosen = np.isin(self.op_E, keep)
+        return SpaceGroup(self.perm_ExN[chosen], [new_of[int(p)] for p in self.op_E[chosen]], self.shift_ExD[chosen],
+                          ops=self.ops[keep], vectors=self.vectors, extents=self.extents, center=self.center)
+
     @property
     def names(self) -> tuple:
         """Each element's name, `{R | (t_1,t_2)}` with R as E (identity), C{n}^{j} (a rotation by

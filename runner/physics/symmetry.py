@@ -31,6 +31,7 @@ import numpy as np
 
 from runner.errors import ConfigError
 
+from runner.physics import pauli
 from runner.physics import space_group as groups
 from runner.physics.hilbert import Hilbert, all_states, states_to_codes
 from runner.physics.space_group import SpaceGroup
@@ -66,6 +67,50 @@ def space_group(hilbert: Hilbert) -> SpaceGroup:
     if hilbert.space_group is not None:
         return hilbert.space_group
     return groups.identity(hilbert.n_sites, np.asarray(hilbert.positions).shape[1])
+
+
+def kept_group(hamiltonian, group: SpaceGroup) -> SpaceGroup:
+    """The subgroup of `group` whose elements commute with the Pauli sum `hamiltonian` (U(g) H U(g)^dagger
+    = H): `group` itself when H has the whole symmetry (a phase prior keeps part of it). The elements
+    H commutes with form a group; with every translation among them it is the kept point operations
+    times the translations, so one element per point operation decides (`pauli.commutes_with`).
+    Where a kept little co-group is a rotation group C_n, n > 2, without mirrors (complex 1-D
+    irreps, which `irreps` does not name), only the translations are kept.
+
+    Raises:
+        ValueError: H does not commute with every translation (no momentum labels its sectors).
+    """
+    translation_E = np.nonzero(group.op_E == 0)[0]
+    firsts = [int(np.nonzero(group.op_E == p)[0][0]) for p in range(len(group.ops))]
+    commutes_T = pauli.commutes_with(hamiltonian, group.perm_ExN[translation_E])
+    if not commutes_T.all():
+        e = int(translation_E[np.argmin(commutes_T)])
+        raise ValueError(f"the Hamiltonian does not commute with the translation {e} {group.names[e]}")
+    commutes_P = pauli.commutes_with(hamiltonian, group.perm_ExN[firsts])
+    if commutes_P.all():
+        return group
+    kept = group.restricted(np.nonzero(commutes_P)[0])
+    try:
+        for m in momenta(kept):
+            little_group_irreps(kept, m)
+    except ValueError:
+        return group.restricted([0])
+    return kept
+
+
+def keeping(hilbert: Hilbert, hamiltonian) -> Hilbert:
+    """`hilbert` carrying the space group `hamiltonian` keeps (`kept_group`) in place of the lattice's, so
+    that every consumer of `space_group` (sectors, the spectrum, the full sum's orbits, the
+    symmetric models) uses the symmetry of the problem simulated; `hilbert` itself where H keeps
+    the whole group, carries none, or lacks a translation (then the sectors refuse H, as before).
+    """
+    if hilbert.space_group is None:
+        return hilbert
+    try:
+        kept = kept_group(hamiltonian, hilbert.space_group)
+    except ValueError:
+        return hilbert
+    return hilbert if kept is hilbert.space_group else hilbert._replace(space_group=kept)
 
 
 def act_on_momentum(group: SpaceGroup, op: int, momentum) -> tuple:

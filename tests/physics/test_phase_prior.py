@@ -125,10 +125,11 @@ def test_refused_lattices_and_values(make, prior, match):
     assert info.value.key == "phase_prior"
 
 
-def test_build_refuses_a_real_dtype_and_the_groups_the_rotated_h_lacks():
-    """Three-sublattice H is complex (a real log psi is refused) and keeps the translations (a full sum over
-    their orbits is allowed) but not the point group's rotation by 60 degrees nor the spin flip: the
-    full sum over the lattice's orbits and the sector machinery refuse it."""
+def test_build_refuses_a_real_dtype_and_uses_the_group_the_rotated_h_keeps():
+    """Three-sublattice H is complex (a real log psi is refused) and keeps the translations but not the point
+    group's rotation by 60 degrees nor the spin flip: the spectrum by sector over the lattice's group refuses
+    it, and the run carries the subgroup it keeps (`symmetry.keeping`), over which the full sum's orbits and
+    the sectors are taken (tests/physics/test_kept_group.py checks them against dense sums)."""
     prior = [*TRIANGULAR3, "hamiltonian.phase_prior=three_sublattice"]
     with pytest.raises(ConfigError, match="complex") as info:
         build(compose_config([*prior, "dtype=float64"]))
@@ -143,17 +144,11 @@ def test_build_refuses_a_real_dtype_and_the_groups_the_rotated_h_lacks():
         spectrum.spectrum(ham, lattice)
     summed = [*prior, "dtype=complex128", "model=rbm_symm", "model.group=translations"]
     build(compose_config([*summed, "sampler=full_sum_translations"]))
-    with pytest.raises(ConfigError) as info:
-        build(compose_config([*summed, "sampler=full_sum_lattice"]))
-    assert info.value.key == "sampler.symmetry"
-    with pytest.raises(ConfigError, match="space-group element") as info:
-        build(compose_config([*prior, "dtype=complex128", "model=cnn", "model.channels=2", "model.sector=auto"]))
-    assert info.value.key == "model.sector"
+    assert build(compose_config([*summed, "sampler=full_sum_lattice"])).hilbert.space_group.perm_ExN.shape == (54, 9)
+    cnn = [*prior, "dtype=complex128", "model=cnn", "model.channels=2"]
+    assert build(compose_config([*cnn, "model.sector=auto"])).sector.name == "k=(0,0) A1"
     for sector in ("{momentum: [0, 0], irrep: A1}", "auto"):  # explicit, and auto with the exact solver off
-        with pytest.raises(ConfigError, match="whose element .* this Hamiltonian lacks") as info:
-            build(compose_config([*prior, "dtype=complex128", "model=cnn", "model.channels=2", "exact=false",
-                                  f"model.sector={sector}"]))
-        assert info.value.key == "model.sector"
+        assert build(compose_config([*cnn, "exact=false", f"model.sector={sector}"])).sector.name == "k=(0,0) A1"
 
 
 def test_rotated_h_keeps_the_elements_that_shift_every_sublattice_alike():
