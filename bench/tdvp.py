@@ -2,10 +2,11 @@
 """The TDVP benchmark: the 1D quench of `experiment=tfim_quench_1d` (periodic TFIM chain, complex
 translation-symmetric RBM alpha 2, 4096 samples, RK4, dt 0.01, soft pseudo-inverse rcond 1e-6) in
 vmc-runner and in NetKet (`bench/netket_tdvp.py`: `netket.experimental.TDVP`), started from the
-uniform state (all-zero parameters: |+x>), interleaved (A B B A ...), each a fresh process.
-The runner now refuses that start (`task.initial_state: plus_x` for a model whose tangent there
-holds single-site fields only, a frozen trajectory: exit 2), so the runner's side stops at once
-until the benchmark is given a start that moves on both sides.
+uniform state |+x>, interleaved (A B B A ...), each a fresh process. The runner starts from the
+RBMSymm's `plus_x` (each feature attached to one site: a trajectory that moves); NetKet's side
+from all-zero parameters, whose tangent holds single-site fields only (a frozen trajectory). At a
+fixed step the work per step does not depend on the parameters' values, so the times compare;
+the trajectories do not.
 
 Reported: seconds of wall time per unit of physical time, from the first saved time after t = 0
 to t_end (compilation and the first interval left out), and their ratio (ours / NetKet's). The

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import symmetrize
-from models.common import check_param_dtype, normal
+from models.common import attached, check_param_dtype, normal
 from models.fast_paths import LocalRatios, SamplerCache
 from models.rbm import RBM
 from runner.errors import ConfigError
@@ -87,6 +87,14 @@ class RBMSymm(nn.Module):
         if self.group == "sector":
             return np.asarray(self.sector.invariant, np.int32)
         return self.hilbert.group.rows(self.group)  # translations or lattice
+
+    def plus_x(self, params):
+        """The parameters of the uniform state from those of an initialisation: feature f sees site
+        f mod N alone (`models.common.attached`), every bias zero; its images theta_gf = s_g(f) keep
+        psi uniform, and the log-derivatives in W, tanh(1) sum_g s_g(f) s_g(k), hold every
+        symmetric two-body term."""
+        return {"kernel": attached(params["kernel"]), "hidden_bias": jnp.zeros_like(params["hidden_bias"]),
+                "visible_bias": jnp.zeros_like(params["visible_bias"])}
 
     @nn.compact
     def unprojected(self, sigma_xN):

@@ -57,8 +57,8 @@ def _plus_x_params(problem, seed: int):
         raise ConfigError("task.initial_state", f"is plus_x, which the model {type(model).__name__} cannot represent "
                                                 "with a tangent space that moves: at a uniform state its "
                                                 "log-derivatives miss the two-body terms of the quench, so <X>(t) "
-                                                "would stay frozen; use a model that has one (jastrow, rbm, mlp, cnn, gcnn) or "
-                                                "initial_state=init_from")
+                                                "would stay frozen; use a model that has one (jastrow, rbm, "
+                                                "rbm_symm, mlp, cnn, gcnn) or initial_state=init_from")
     sigma_N = jnp.ones((problem.sampler.hilbert.n_sites,), jnp.int8)
     return model.plus_x(model.init(jax.random.PRNGKey(seed), sigma_N)["params"])
 

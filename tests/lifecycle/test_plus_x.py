@@ -19,7 +19,7 @@ from tests.helpers.dense import basis_index, dense_ising
 
 L, H_QUENCH = 6, 0.5
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
-ACCEPTED = ("cnn", "gcnn", "jastrow", "mlp", "rbm")  # the rest have no plus_x (docs/dynamics.md)
+ACCEPTED = ("cnn", "gcnn", "jastrow", "mlp", "rbm", "rbm_symm")  # the rest have no plus_x (docs/dynamics.md)
 LATTICES = {"chain": [f"hilbert.L={L}"], "square": ["hilbert=square", "hilbert.L=3"],
             "triangular": ["hilbert=triangular", "hilbert.L=3"]}
 SLOW = {"cnn", "gcnn"}
