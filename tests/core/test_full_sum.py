@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.flatten_util import ravel_pytree
 
 from models import RBM, RBMSymm
 from runner import app
@@ -17,8 +16,8 @@ from runner.config.build import build
 from runner.core import precond
 from runner.core import sampler as smp
 from runner.core.full_sum import orbits
-from runner.core.problem import Problem, draw
-from runner.core.vmc import energy_and_update, full_sum_invariance_error, init_state
+from runner.core.problem import Problem
+from runner.core.vmc import full_sum_invariance_error, init_state
 from runner.core.wavefunction import from_split, gradient_mode
 from runner.errors import ConfigError
 from runner.parallel import mesh
@@ -29,6 +28,7 @@ from tests.helpers.config import compose_config
 from tests.helpers.exact import exact_setup, exact_weighted
 from tests.helpers.parallel import free_port, start_distributed
 from tests.helpers.runs import assert_identical_runs, energies
+from tests.helpers.steps import full_sum_step
 
 SHIFT = 0.05
 PRECONDITIONERS = {
@@ -40,19 +40,7 @@ PRECONDITIONERS = {
 
 def _update(problem, params, chunk_size=None):
     """(energy stats, flat update) of one full-sum step, jitted."""
-    problem = dataclasses.replace(problem, chunk_size=chunk_size)
-    flat = ravel_pytree(params)[0]
-    if gradient_mode(params, problem.model) == "split":
-        flat = jnp.concatenate([flat.real, flat.imag])
-    solver = problem.precondition.init(flat)
-
-    @jax.jit
-    def step(params, chains):
-        _, sigma, w, _ = draw(problem, params, chains)
-        stats, update, _, _ = energy_and_update(problem, params, sigma, solver, 0, w)
-        return stats, ravel_pytree(update)[0]
-
-    return step(params, smp.init_chains(problem.sampler, 0))
+    return full_sum_step(dataclasses.replace(problem, chunk_size=chunk_size), params)
 
 
 # Every model with the direct solvers, chunked and not; CG (slow to compile) on two of them.

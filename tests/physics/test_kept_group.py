@@ -10,19 +10,18 @@ import numpy as np
 import optax
 import pytest
 import scipy.sparse as sp
-from jax.flatten_util import ravel_pytree
 
 from runner.config.build import build
 from runner.core import precond
 from runner.core import sampler as smp
-from runner.core.problem import Problem, draw
-from runner.core.vmc import energy_and_update, full_sum_invariance_error
-from runner.core.wavefunction import gradient_mode
+from runner.core.problem import Problem
+from runner.core.vmc import full_sum_invariance_error
 from runner.errors import ConfigError
 from runner.physics import exact, hamiltonians, pauli, spectrum, symmetry
 from runner.physics import hilbert as hb
 from tests.helpers.config import compose_config
 from tests.helpers.dense import basis_index, dense_heisenberg, dense_psi
+from tests.helpers.steps import full_sum_step
 
 RECIPE = ["experiment=triangular_heisenberg", "observables=none"]
 TRIANGULAR3 = [*RECIPE, "hilbert.L=3", "hilbert.total_sz=0.5"]
@@ -122,17 +121,7 @@ def test_explicit_sectors_of_the_kept_group_and_the_groups_built_over_it():
 
 def _energy(problem, params):
     """The energy of one full-sum step at `params`."""
-    flat = ravel_pytree(params)[0]
-    if gradient_mode(params, problem.model) == "split":
-        flat = jnp.concatenate([flat.real, flat.imag])
-    solver = problem.precondition.init(flat)
-
-    @jax.jit
-    def step(params, chains):
-        _, sigma, w, _ = draw(problem, params, chains)
-        return energy_and_update(problem, params, sigma, solver, 0, w)[0]
-
-    return complex(step(params, smp.init_chains(problem.sampler, 0)).mean).real
+    return complex(full_sum_step(problem, params)[0].mean).real
 
 
 def test_full_sum_lattice_with_a_prior_is_the_dense_sum():
