@@ -96,11 +96,27 @@ def test_run_directory_of_6dc7890_resumes_bit_for_bit(scratch):
 
 def test_dynamics_run_directory_of_flat_task_keys_resumes_as_a_fresh_run(scratch):
     """Its checkpoint at t = 0.04 resumes (the stored fingerprint read in today's spelling:
-    fingerprint.UPGRADES) and continues to t = 0.08 with the trajectory and summary of a fresh run."""
+    fingerprint.UPGRADES) and continues to t = 0.08 with the trajectory and summary of a fresh run.
+
+    The stored rows and checkpoint were computed at bcc302d on another processor, so a fresh run
+    today agrees with them in value, not in every last bit (a CI run once differed in the 16th
+    digit of the t = 0 residual): numbers are compared to 1e-9 relative, everything else exactly.
+    Resumes of today's checkpoints are bit for bit (tests/lifecycle/test_dynamics.py)."""
     shutil.copytree(DYNAMICS / "run", scratch / "dynamics_resumed")
     stored = [golden.stable(json.loads(line)) for line in (DYNAMICS / "run" / "trajectory.jsonl").read_text().splitlines()]
     resumed, summary = golden.run(ROOT, DYNAMICS_RESUME, scratch / "dynamics_resumed", "trajectory.jsonl")
     fresh, fresh_summary = golden.run(ROOT, DYNAMICS_RESUME, scratch / "dynamics_fresh", "trajectory.jsonl")
     assert [r["t"] for r in resumed] == [0.0, 0.02, 0.04, 0.06, 0.08] and resumed[:3] == stored
-    assert resumed == fresh
-    assert summary == fresh_summary and summary["status"] == "completed"
+    assert len(resumed) == len(fresh) and all(_close(r, f) for r, f in zip(resumed, fresh))
+    assert _close(summary, fresh_summary) and summary["status"] == "completed"
+
+
+def _close(record: dict, expected: dict) -> bool:
+    """The same keys; floats within 1e-9 relative (1e-12 absolute), every other value equal."""
+    def same(a, b):
+        if isinstance(a, float) and isinstance(b, float):
+            return a == pytest.approx(b, rel=1e-9, abs=1e-12)
+        if isinstance(a, dict) and isinstance(b, dict):
+            return _close(a, b)
+        return a == b
+    return record.keys() == expected.keys() and all(same(record[k], expected[k]) for k in record)
