@@ -3,7 +3,7 @@ lowest states), read and checked into plain values before anything compiles."""
 
 import dataclasses
 
-from runner.core import integrators
+from runner.core import integrators, ptvmc
 from runner.core.tdvp import TDVP
 from runner.errors import ConfigError, require_choice, require_int, require_number
 
@@ -26,11 +26,12 @@ class Excited:
 
 @dataclasses.dataclass(frozen=True)
 class Dynamics:
-    """A time evolution: integrate the TDVP from the initial state to t_end, measuring every save_every."""
+    """A time evolution: integrate the TDVP (or take projected tVMC's steps) from the initial state to
+    t_end, measuring every save_every."""
 
     t_end: float
     save_every: float
-    integrator: integrators.Integrator
+    integrator: integrators.Integrator | ptvmc.PTVMC  # ptVMC: the equation serves the measured residual only
     equation: TDVP
     initial_state: str  # plus_x | init_from
     measure_rounds: int  # draws of n_samples per saved time's measurement

@@ -93,7 +93,7 @@ class IntegratorState(NamedTuple):
 
     t: jax.Array  # the time reached
     dt: jax.Array  # the step the next attempt takes (shortened only to land on an end time)
-    k0: Any  # f(t, y) for a FSAL tableau (the next step's first stage), else ()
+    k0: Any  # f(t, y) for a FSAL tableau (the next step's first stage); a projected step's `ptvmc.Memory`; else ()
     carry: Any  # what f threads through its evaluations
     n_accepted: jax.Array  # int32
     n_rejected: jax.Array  # int32
@@ -148,7 +148,10 @@ def _time_dtype():
 
 
 def init(integrator: Integrator, f, t0, y0, carry=()) -> IntegratorState:
-    """The state at time t0 with solution y0 (f is evaluated there for a FSAL tableau)."""
+    """The state at time t0 with solution y0 (f is evaluated there for a FSAL tableau). A step that
+    is not a Runge-Kutta method (`runner.core.ptvmc.PTVMC`) makes its own state: `integrator.init`."""
+    if not isinstance(integrator, Integrator):
+        return integrator.init(t0, y0, carry)
     t0 = jnp.asarray(t0, _time_dtype())
     k0 = ()
     if integrator.tableau.fsal:

@@ -1,5 +1,5 @@
-"""A time evolution (task=dynamics): the TDVP integrated from the initial state to t_end under the
-run's Hamiltonian, measured at every saved time (trajectory.jsonl), checkpointed there, compared
+"""A time evolution (task=dynamics): the TDVP integrated (or projected tVMC's steps taken) from the
+initial state to t_end under the run's Hamiltonian, measured at every saved time (trajectory.jsonl), checkpointed there, compared
 with the exact dynamics where the space allows, and summarised."""
 
 import functools
@@ -15,7 +15,7 @@ import numpy as np
 
 from runner.config import fingerprint
 from runner.config.task import Dynamics
-from runner.core import integrators, observe
+from runner.core import integrators, observe, ptvmc
 from runner.core.full_sum import FullSumSampler
 from runner.core.estimate import draw_rounds
 from runner.core.sampler import init_chains, random_state
@@ -135,17 +135,25 @@ def _begin_fn(experiment, f):
     return lambda params, chains: start(experiment.settings.task.integrator, f, params, chains)
 
 
+def _advance_fn(experiment, f):
+    """(params, IntegratorState, t_end, max_steps=) -> both after steps towards t_end: the integrator's
+    steps of f, or projected tVMC's (`runner.core.ptvmc`, which f does not enter)."""
+    task = experiment.settings.task
+    if isinstance(task.integrator, ptvmc.PTVMC):
+        return functools.partial(ptvmc.advance, experiment.problem, task.integrator, task.real_time)
+    return functools.partial(integrators.advance, task.integrator, f)
+
+
 def compile_run(experiment, layout, initial: Initial, initial_shardings, f=None, begin=None) -> Compiled:
     """Compiles the start, the advance to a (traced) end time and the measurement for `layout`; `f`
     and `begin`: the time derivative and the start already traced for the state's shape (None: new)."""
     problem, task = experiment.problem, experiment.settings.task
     f = time_derivative(problem, task.equation) if f is None else f
-    integrator = task.integrator
+    steps = _advance_fn(experiment, f)
     begin = _begin_fn(experiment, f) if begin is None else begin
 
     def advance(state, t_end):
-        return DynamicsState(*integrators.advance(integrator, f, state.params, state.integrator, t_end,
-                                                  max_steps=STEPS_PER_CALL))
+        return DynamicsState(*steps(state.params, state.integrator, t_end, max_steps=STEPS_PER_CALL))
 
     def measured(state):
         chains, metrics = measure(problem, task.equation, experiment.observables, state.params, state.integrator.carry,
@@ -251,7 +259,11 @@ def compile(experiment, layout, begun: loop.Begun) -> loop.Program:  # noqa: A00
 
 
 def _host_metrics(state, metrics: dict) -> dict:
-    """A measurement's metrics with the integrator's time, step and counts, on the host."""
+    """A measurement's metrics with the integrator's time, step and counts, on the host (and projected
+    tVMC's last infidelity and its updates so far)."""
+    if isinstance(state.integrator.k0, ptvmc.Memory):
+        metrics = {**metrics, "infidelity": state.integrator.k0.infidelity,
+                   "n_iterations": state.integrator.k0.iterations}
     t, dt, accepted, rejected, metrics = mesh.to_host((state.integrator.t, state.integrator.dt,
                                                        state.integrator.n_accepted, state.integrator.n_rejected,
                                                        metrics))
@@ -261,9 +273,9 @@ def _host_metrics(state, metrics: dict) -> dict:
 def record(experiment, unit: loop.Unit, records: list) -> tuple[dict, str | None]:
     """A saved time's trajectory.jsonl record (non-finite values None) and why the run stops there:
     an energy or error bar that is not finite."""
-    m = unit.metrics
-    out = {"t": float(m["t"]), **{k: finite(v) for k, v in m.items() if k not in ("t", "dt", "n_steps", "n_rejected")},
-           "dt": float(m["dt"]), "n_steps": int(m["n_steps"]), "n_rejected": int(m["n_rejected"])}
+    m, counts = unit.metrics, ("n_steps", "n_rejected", "n_iterations")
+    out = {"t": float(m["t"]), **{k: finite(v) for k, v in m.items() if k not in ("t", "dt", *counts)},
+           "dt": float(m["dt"]), **{k: int(m[k]) for k in counts if k in m}}
     if out["energy"] is None or out["energy_error"] is None:
         return out, f"energy is not finite at t = {out['t']:.6g}"
     return out, None
@@ -292,7 +304,7 @@ def _summary(experiment, status, reason, state, records, *, errors, seconds: dic
                "n_rejected": int(state.integrator.n_rejected) if state is not None else 0, "seed": experiment.settings.seed,
                "n_sites": experiment.hilbert.n_sites, **layout_fields(experiment, layout), **seconds}
     if records:
-        summary.update({k: v for k, v in records[-1].items() if k.startswith(("energy", "obs/", "residual"))})
+        summary.update({k: v for k, v in records[-1].items() if k.startswith(("energy", "obs/", "residual", "infidelity"))})
     n_sites = experiment.hilbert.n_sites  # per site and the unit, as a ground-state summary's (summary.UNIT_FIELDS)
     summary["energy_per_site"] = per_site(summary.get("energy"), n_sites)
     summary["energy_error_per_site"] = per_site(summary.get("energy_error"), n_sites)
