@@ -94,6 +94,19 @@ def test_an_estimate_that_is_not_finite_is_a_jump(energy, error, variance):
     assert int(_guarded(3.0, state, moved, fine)[1]["rejected"]) == 0
 
 
+@pytest.mark.parametrize("error, rejected", [(0.05, 0), (0.29, 0), (0.31, 1), (515.0, 1)])
+def test_an_error_bar_k_times_the_last_one_is_a_jump(error, rejected):
+    """A step whose estimate is lower but whose error bar is more than k times the last accepted
+    one's (a tail of local energies the update opened: -71.54 +- 0.08, then -545 +- 515 on a 6 x 6
+    J1-J2 run whose chains then froze) is rejected; at most k times is not."""
+    problem = _problem("reject_jump=3")
+    state = init_state(problem, 0, jnp.ones((8,), jnp.int8))
+    state = state._replace(guard=state.guard._replace(energy=jnp.float64(-1.0), error=jnp.float64(0.1)))
+    stats = Stats(jnp.float64(-2.0), jnp.float64(error), jnp.float64(1.0), jnp.float64(0.0), jnp.float64(1.0))
+    moved = state._replace(params=jax.tree_util.tree_map(lambda x: x + 1, state.params))
+    assert int(_guarded(3.0, state, moved, stats)[1]["rejected"]) == rejected
+
+
 @pytest.mark.slow
 def test_without_a_jump_the_guard_changes_no_bit(tmp_path):
     """With a threshold no step reaches, the run is the same bits as without the guard."""
