@@ -97,6 +97,26 @@ def check_collapse(records: list[dict], n_sites: int, metropolis: bool) -> str |
     return None
 
 
+def collapsing(records: list[dict], n_sites: int, metropolis: bool) -> bool:
+    """Whether the newest step already shows what `check_collapse` stops a run on after
+    COLLAPSE_STEPS steps: a Metropolis acceptance below ACCEPTANCE_LOW, or a variance above
+    VARIANCE_RISE x its minimum over the earlier steps (floored as there) with an energy that did not
+    go down since the step before the rise. A checkpoint due at such a step waits (`loop`): a run
+    that then fails as collapsed keeps the checkpoint from before its collapse began."""
+    if not records:
+        return False
+    last = records[-1]
+    if metropolis and last.get("acceptance") is not None and last["acceptance"] < ACCEPTANCE_LOW:
+        return True
+    lowest = min((r["variance"] for r in records[:-1] if r.get("variance") is not None), default=None)
+    if lowest is None or last.get("variance") is None:
+        return False
+    bound = VARIANCE_RISE * max(lowest, _variance_floor(last.get("energy"), n_sites))
+    risen = [i for i, r in enumerate(records) if r.get("variance") is None or r["variance"] <= bound]
+    before = records[risen[-1]] if risen else records[0]
+    return last["variance"] > bound and not _fell(before, last)
+
+
 def check_acceptance(acceptance, metropolis: bool):
     """Metropolis acceptance below ACCEPTANCE_LOW or above ACCEPTANCE_HIGH (not the exact sampler)."""
     if not metropolis or acceptance is None:

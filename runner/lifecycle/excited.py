@@ -269,7 +269,7 @@ def finish(experiment, layout, run_dir, ended: loop.Ended) -> loop.Finished:
                          tuple(lines))
 
 
-TASK = loop.Task("excited", init, ground_state.compile, ground_state.record, finish)
+TASK = loop.Task("excited", init, ground_state.compile, ground_state.record, finish, ground_state.holds)
 
 
 def state_of(trained: Trained, k: int) -> Trained:

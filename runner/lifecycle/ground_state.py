@@ -210,7 +210,14 @@ def finish(experiment, layout, run_dir, ended: loop.Ended) -> loop.Finished:
     return loop.Finished(result, write)
 
 
-TASK = loop.Task("ground_state", init, compile, record, finish)
+def holds(experiment, records: list) -> bool:
+    """A checkpoint due now waits while the newest step shows the start of a collapse
+    (`runner.diagnostics.health.collapsing`)."""
+    return health.collapsing(records, n_sites=experiment.hilbert.n_sites,
+                             metropolis=health.metropolis(experiment.problem.sampler))
+
+
+TASK = loop.Task("ground_state", init, compile, record, finish, holds)
 
 
 def _unusable(record) -> list:

@@ -26,6 +26,8 @@ class Task(NamedTuple):
     record: (experiment, unit, records) -> (the unit's log record, why the run fails at it or None),
         `records` the records before it (the loop adds the record's `wall_time`).
     finish: (experiment, layout, run_dir, ended) -> `Finished`: the summary and the task's files.
+    holds: (experiment, records) -> whether a checkpoint due after the newest record waits for a
+        later unit (the record shows the start of what `record` fails a run on after some units).
     """
 
     name: str
@@ -33,6 +35,7 @@ class Task(NamedTuple):
     compile: Callable
     record: Callable
     finish: Callable
+    holds: Callable = lambda experiment, records: False
 
 
 class Begun(NamedTuple):
@@ -207,9 +210,11 @@ def _through(task, experiment, begun: Begun, program: Program, state, times: lis
     `times`. Stops early when a unit fails ("failed": the state of that unit is dropped; the task's
     `record` judges), or on a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a
     checkpoint where the run got to: between units, or within one). A checkpoint is saved every
-    `begun.checkpoint_every` units and after the last."""
+    `begun.checkpoint_every` units (one due while `task.holds` waits for the first unit after that
+    does not hold) and after the last."""
     settings, t = experiment.settings, time.perf_counter()
     last_good = begun.done if begun.done > 0 else None  # the newest checkpoint this run can fall back on
+    due = False  # a checkpoint came due and waits while `task.holds`
     for unit in program.units(state, begun.done, stop):
         times.append(time.perf_counter() - t)
         t = time.perf_counter()
@@ -230,9 +235,10 @@ def _through(task, experiment, begun: Begun, program: Program, state, times: lis
             return state, "failed", failure
         state, done = unit.state, unit.index + 1
         program.show(unit, record)
-        saved = done == begun.n_units or done % begun.checkpoint_every == 0
+        due = due or done % begun.checkpoint_every == 0
+        saved = done == begun.n_units or (due and not task.holds(experiment, records.records))
         label = begun.save(run_dir, state, settings, done) if saved else None
-        last_good = done if saved else last_good
+        last_good, due = (done, False) if saved else (last_good, due)
         if done == begun.n_units:
             break
         if stop.requested():

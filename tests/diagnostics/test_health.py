@@ -182,6 +182,25 @@ def test_a_run_leaving_the_eigenstate_it_started_in_is_not_a_collapse():
     assert health.check_collapse(flat, n_sites=12, metropolis=True).startswith("collapsed: the variance")
 
 
+@pytest.mark.parametrize("acceptance,variance,metropolis,expected", [
+    (0.001, 1.0, True, True), (0.001, 1.0, False, False), (0.3, 1e3, True, True), (0.3, 50.0, True, False),
+    (0.3, 1.0, True, False)])
+def test_collapsing_is_the_newest_step_of_a_collapse(acceptance, variance, metropolis, expected):
+    """`collapsing` judges the newest step by what `check_collapse` needs COLLAPSE_STEPS of: one
+    frozen or risen step holds a checkpoint back."""
+    records = collapse_records(acceptance, 3.0, variance)[:-health.COLLAPSE_STEPS + 1]
+    assert health.collapsing(records, n_sites=16, metropolis=metropolis) is expected
+    assert health.collapsing(records[:-1], n_sites=16, metropolis=metropolis) is False
+
+
+def test_a_variance_rising_while_the_energy_falls_holds_nothing():
+    energies = [24.0 - 2.0 * k for k in range(12)]
+    records = [{"step": k, "energy": e, "energy_error": 0.3, "variance": 0.04 if k < 7 else 20.0,
+                "acceptance": 0.3, "r_hat": 1.0} for k, e in enumerate(energies)]
+    assert not health.collapsing(records, n_sites=12, metropolis=True)
+    assert health.collapsing([{**r, "energy": 24.0} for r in records], n_sites=12, metropolis=True)
+
+
 def trajectory(energies, errors=0.0, residuals=0.001, acceptance=0.5):
     """trajectory.jsonl records at t = 0, 0.1, ...; scalars repeat."""
     n = len(energies)

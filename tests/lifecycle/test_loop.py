@@ -26,7 +26,7 @@ def _experiment(n_iter, checkpoint_every=10):
                                  problem=types.SimpleNamespace(sampler=sampler))
 
 
-def _task(feed, saved, compiled=None):
+def _task(feed, saved, compiled=None, holds=None):
     """A ground-state-shaped task whose 'state' is the number of steps taken and whose steps'
     metrics come from `feed`; checkpoints go to `saved` (label, state)."""
 
@@ -53,7 +53,9 @@ def _task(feed, saved, compiled=None):
     def finish(experiment, layout, run_dir, ended):
         return loop.Finished({"status": ended.status, "reason": ended.reason, "state": ended.state})
 
-    return loop.Task("fake", init, compile, ground_state.record, finish)
+    if holds is None:
+        return loop.Task("fake", init, compile, ground_state.record, finish)
+    return loop.Task("fake", init, compile, ground_state.record, finish, holds)
 
 
 def _run(tmp_path, task, n_iter, checkpoint_every=10, signum=None):
@@ -89,6 +91,30 @@ def test_checkpoints_follow_the_cadence_and_the_last_step(tmp_path):
     assert saved == [(3, 3), (6, 6), (7, 7)]
     assert [r["step"] for r in _records(tmp_path)] == list(range(7))
     assert all(r["wall_time"] > 0 for r in _records(tmp_path))
+
+
+FROZEN = {**GOOD, "acceptance": np.float32(0.0), "r_hat": np.float32(2.0)}
+
+
+def test_a_checkpoint_due_while_the_chains_freeze_waits(tmp_path):
+    """A checkpoint that comes due at a step whose acceptance is below ACCEPTANCE_LOW waits for the
+    first step after it that is not (ground_state.holds); the last step is always saved."""
+    saved = []
+    feed = iter([GOOD] * 4 + [FROZEN] * 3 + [GOOD] * 3)
+    summary = _run(tmp_path, _task(feed, saved, holds=ground_state.holds), 10, checkpoint_every=3)
+    assert summary["status"] == "completed" and saved == [(3, 3), (8, 8), (9, 9), (10, 10)]
+
+
+def test_a_run_that_collapses_keeps_the_checkpoint_from_before_the_collapse(tmp_path, caplog):
+    """A 6 x 6 J1-J2 run froze at step 37 and failed as collapsed at step 56 saying "the last good
+    checkpoint is step 50", written while it froze: now the checkpoints due during the collapse
+    wait, and the one kept is from before it."""
+    saved = []
+    feed = iter([GOOD] * 5 + [FROZEN] * 25)
+    with caplog.at_level("INFO", logger="runner"):
+        summary = _run(tmp_path, _task(feed, saved, holds=ground_state.holds), 30, checkpoint_every=5)
+    assert summary["status"] == "failed" and summary["reason"].startswith("collapsed")
+    assert saved == [(5, 5)] and "the last good checkpoint is step 5" in caplog.text
 
 
 def test_a_finite_energy_with_a_non_finite_variance_stops_the_run(tmp_path, caplog):
