@@ -547,14 +547,14 @@ def test_a_run_with_observables_reports_those_of_the_exact_ground_state(tmp_path
 def test_a_collapsed_run_stops_early_with_the_reason(tmp_path):
     """README's kagome example with a Metropolis exchange sampler: its chains freeze apart from
     about step 20 (it used to step on to a NaN energy at step 104)."""
-    from runner.diagnostics import health
+    from runner.diagnostics import collapse, health
 
     proc = run_cli(["hilbert=kagome", "hilbert.L=2", "hamiltonian=heisenberg", "hilbert.total_sz=0",
                     "sampler=metropolis_exchange", "exact=false", f"hydra.run.dir={tmp_path}"], REPO)
     assert proc.returncode == 1
     summary = summary_of(tmp_path)
     assert summary["status"] == "failed" and summary["reason"].startswith("collapsed:"), summary["reason"]
-    assert health.COLLAPSE_STEPS <= summary["steps_done"] < 60 and summary["energy"] is None
+    assert collapse.COLLAPSE_STEPS <= summary["steps_done"] < 60 and summary["energy"] is None
     assert sum("collapsed:" in line and "stopping" in line for line in (proc.stdout + proc.stderr).splitlines()) == 1
 
 

@@ -17,7 +17,7 @@ from runner.core.estimate import draws_estimate_samples
 from runner.core.full_sum import FullSumSampler
 from runner.core.problem import draw
 from runner.core.vmc import full_sum_invariance_error, init_state, update_step, vmc_step
-from runner.diagnostics import health
+from runner.diagnostics import collapse, health
 from runner.errors import ConfigError
 from runner.lifecycle import loop, programs, rundir, sector_check, warm_start
 from runner.lifecycle.finish import Exact, conclude, exact_ground, write_files
@@ -174,12 +174,12 @@ def record(experiment, unit: loop.Unit, records: list) -> tuple[dict, str | None
     """A step's metrics.jsonl record (non-finite values None, obs/ fields only at the steps that
     measured) and why the run stops there: a non-finite estimate (`GUARDED`; not on a step
     reject_jump rejected, whose parameters are dropped anyway: the next step measures the kept
-    state), or a collapse of the chains (`runner.diagnostics.health.check_collapse`)."""
+    state), or a collapse of the chains (`runner.diagnostics.collapse.check_collapse`)."""
     out = observables.keep_measured({"step": unit.index, **{k: finite(v) for k, v in unit.metrics.items()}})
     unusable = _unusable(out)
     if unusable and not out.get("rejected"):
         return out, _non_finite_reason(unit.metrics, unusable, unit.index)
-    return out, health.check_collapse([*records, out], n_sites=experiment.hilbert.n_sites,
+    return out, collapse.check_collapse([*records, out], n_sites=experiment.hilbert.n_sites,
                                       metropolis=health.metropolis(experiment.problem.sampler))
 
 
@@ -212,8 +212,8 @@ def finish(experiment, layout, run_dir, ended: loop.Ended) -> loop.Finished:
 
 def holds(experiment, records: list) -> bool:
     """A checkpoint due now waits while the newest step shows the start of a collapse
-    (`runner.diagnostics.health.collapsing`)."""
-    return health.collapsing(records, n_sites=experiment.hilbert.n_sites,
+    (`runner.diagnostics.collapse.collapsing`)."""
+    return collapse.collapsing(records, n_sites=experiment.hilbert.n_sites,
                              metropolis=health.metropolis(experiment.problem.sampler))
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runner.diagnostics import health
+from runner.diagnostics import collapse, health
 
 HEALTHY = {"energy": -44.85, "energy_error": 0.01, "variance": 0.5, "acceptance": 0.4, "r_hat": 1.01,
            "exact_energy": -44.9139, "relative_error": 1.4e-3, "n_sites": 16}
@@ -138,12 +138,12 @@ def test_failed_run_without_final_numbers():
     assert health.check({"status": "failed"}, []) == []
 
 
-def collapse_records(acceptance, r_hat, variance, n=health.COLLAPSE_STEPS + 10):
+def collapse_records(acceptance, r_hat, variance, n=collapse.COLLAPSE_STEPS + 10):
     """n steps: healthy ones, then COLLAPSE_STEPS steps with the given acceptance, R-hat and variance."""
     healthy = [{"step": k, "energy": -10.0, "variance": 1.0, "acceptance": 0.4, "r_hat": 1.01}
-               for k in range(n - health.COLLAPSE_STEPS)]
+               for k in range(n - collapse.COLLAPSE_STEPS)]
     late = [{"step": k, "energy": -5.0, "variance": variance, "acceptance": acceptance, "r_hat": r_hat}
-            for k in range(n - health.COLLAPSE_STEPS, n)]
+            for k in range(n - collapse.COLLAPSE_STEPS, n)]
     return healthy + late
 
 
@@ -158,28 +158,28 @@ def collapse_records(acceptance, r_hat, variance, n=health.COLLAPSE_STEPS + 10):
 ])
 def test_check_collapse(acceptance, r_hat, variance, metropolis, expected):
     records = collapse_records(acceptance, r_hat, variance)
-    reason = health.check_collapse(records, n_sites=16, metropolis=metropolis)
+    reason = collapse.check_collapse(records, n_sites=16, metropolis=metropolis)
     assert (reason is None) if expected is None else (reason.startswith("collapsed:") and expected in reason)
     # one step short of the window of steps: never
-    assert health.check_collapse(records[:-1] if expected else records[:health.COLLAPSE_STEPS - 1], 16, True) is None
+    assert collapse.check_collapse(records[:-1] if expected else records[:collapse.COLLAPSE_STEPS - 1], 16, True) is None
 
 
 def test_a_single_bad_step_in_the_window_is_not_a_collapse():
     records = collapse_records(0.001, 3.0, 1e3)
     records[-5] = {**records[-5], "acceptance": 0.3, "variance": 1.0}
-    assert health.check_collapse(records, n_sites=16, metropolis=True) is None
+    assert collapse.check_collapse(records, n_sites=16, metropolis=True) is None
 
 
 def test_a_run_leaving_the_eigenstate_it_started_in_is_not_a_collapse():
     """The README's kagome example starts near the ferromagnet (an eigenstate: variance 0.04) and
     its variance rises to ~20-90 while the energy falls from +24 to -18: healthy, not stopped.
     The same variances under a flat energy are a collapse."""
-    energies = [24.0 - 2.0 * k for k in range(health.COLLAPSE_STEPS + 7)]
+    energies = [24.0 - 2.0 * k for k in range(collapse.COLLAPSE_STEPS + 7)]
     records = [{"step": k, "energy": e, "energy_error": 0.3, "variance": 0.04 if k < 7 else 20.0,
                 "acceptance": 0.3, "r_hat": 1.0} for k, e in enumerate(energies)]
-    assert health.check_collapse(records, n_sites=12, metropolis=True) is None
+    assert collapse.check_collapse(records, n_sites=12, metropolis=True) is None
     flat = [{**r, "energy": 24.0} for r in records]
-    assert health.check_collapse(flat, n_sites=12, metropolis=True).startswith("collapsed: the variance")
+    assert collapse.check_collapse(flat, n_sites=12, metropolis=True).startswith("collapsed: the variance")
 
 
 @pytest.mark.parametrize("acceptance,variance,metropolis,expected", [
@@ -188,17 +188,17 @@ def test_a_run_leaving_the_eigenstate_it_started_in_is_not_a_collapse():
 def test_collapsing_is_the_newest_step_of_a_collapse(acceptance, variance, metropolis, expected):
     """`collapsing` judges the newest step by what `check_collapse` needs COLLAPSE_STEPS of: one
     frozen or risen step holds a checkpoint back."""
-    records = collapse_records(acceptance, 3.0, variance)[:-health.COLLAPSE_STEPS + 1]
-    assert health.collapsing(records, n_sites=16, metropolis=metropolis) is expected
-    assert health.collapsing(records[:-1], n_sites=16, metropolis=metropolis) is False
+    records = collapse_records(acceptance, 3.0, variance)[:-collapse.COLLAPSE_STEPS + 1]
+    assert collapse.collapsing(records, n_sites=16, metropolis=metropolis) is expected
+    assert collapse.collapsing(records[:-1], n_sites=16, metropolis=metropolis) is False
 
 
 def test_a_variance_rising_while_the_energy_falls_holds_nothing():
     energies = [24.0 - 2.0 * k for k in range(12)]
     records = [{"step": k, "energy": e, "energy_error": 0.3, "variance": 0.04 if k < 7 else 20.0,
                 "acceptance": 0.3, "r_hat": 1.0} for k, e in enumerate(energies)]
-    assert not health.collapsing(records, n_sites=12, metropolis=True)
-    assert health.collapsing([{**r, "energy": 24.0} for r in records], n_sites=12, metropolis=True)
+    assert not collapse.collapsing(records, n_sites=12, metropolis=True)
+    assert collapse.collapsing([{**r, "energy": 24.0} for r in records], n_sites=12, metropolis=True)
 
 
 def trajectory(energies, errors=0.0, residuals=0.001, acceptance=0.5):
