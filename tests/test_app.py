@@ -547,7 +547,7 @@ def test_a_run_with_observables_reports_those_of_the_exact_ground_state(tmp_path
 def test_a_collapsed_run_stops_early_with_the_reason(tmp_path):
     """README's kagome example with a Metropolis exchange sampler: its chains freeze apart from
     about step 20 (it used to step on to a NaN energy at step 104)."""
-    from runner.diagnostics import collapse, health
+    from runner.diagnostics import collapse
 
     proc = run_cli(["hilbert=kagome", "hilbert.L=2", "hamiltonian=heisenberg", "hilbert.total_sz=0",
                     "sampler=metropolis_exchange", "exact=false", f"hydra.run.dir={tmp_path}"], REPO)
