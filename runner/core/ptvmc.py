@@ -62,7 +62,8 @@ class PTVMC(NamedTuple):
 def ptvmc(dt: float, *, max_iterations: int = 10, tolerance: float = 1e-9, learning_rate: float = 1.0,
           diag_shift: float = 0.0, rcond: float = 1e-8, extrapolate: bool = True) -> PTVMC:
     """Projected tVMC, checked. `dt`: the step. `max_iterations`: natural-gradient updates per step
-    at most. `tolerance`: a step stops once its infidelity estimate is at most this. `learning_rate`:
+    at most. `tolerance`: a step stops once its infidelity estimate is at most this, or
+    fell by at most this in an update. `learning_rate`:
     the update's factor (1: the Gauss-Newton step). `diag_shift`, `rcond`: the solve's shift of S and
     soft cut-off of its eigenvalues. `extrapolate`: start from theta + dt * the previous step's
     (phi - theta) / dt (false: from theta)."""
@@ -87,8 +88,9 @@ class Memory(NamedTuple):
 
 
 class Target(NamedTuple):
-    """Psi = (1 - a H) psi_theta on the samples y of |psi_theta|^2, fixed for a step."""
+    """Psi = (1 - c H) psi_theta on the samples y of |psi_theta|^2, fixed for a step."""
 
+    coefficient: jax.Array  # c: i dt/2 (real time) or dt/2, of Phi = (1 + c H) psi_phi and Psi
     sigma_CxTxN: jax.Array
     w_CxT: jax.Array  # the weights of |Psi|^2, summing to 1
     log_Psi_CxT: jax.Array
@@ -116,10 +118,14 @@ def _real_dtype(params):
     return jnp.finfo(jax.tree_util.tree_leaves(params)[0].dtype).dtype
 
 
+def _log_one_plus(coefficient, eloc):
+    """log(1 + c E_loc), complex (1 + c E_loc may be a negative real number in imaginary time)."""
+    return jnp.log((1 + coefficient * eloc).astype(jnp.result_type(coefficient, eloc, jnp.complex64)))
+
+
 def log_factor(problem: Problem, params, sigma_CxTxN, coefficient):
     """log(1 + c E_loc) [C, T], complex: log of (1 + c H) psi over psi on each sample."""
-    eloc_CxT = local_energies(problem, params, sigma_CxTxN)
-    return jnp.log((1 + coefficient * eloc_CxT).astype(jnp.result_type(coefficient, eloc_CxT, jnp.complex64)))
+    return _log_one_plus(coefficient, local_energies(problem, params, sigma_CxTxN))
 
 
 def _reweighted(w_CxT, log_factor_CxT):
@@ -133,7 +139,8 @@ def _reweighted(w_CxT, log_factor_CxT):
 def target(problem: Problem, theta, coefficient, sigma_CxTxN, w_CxT=None) -> Target:
     """Psi = (1 - c H) psi_theta on samples of |psi_theta|^2 (w None) or a full sum's (w its weights)."""
     log_v_CxT = log_factor(problem, theta, sigma_CxTxN, -coefficient)
-    return Target(sigma_CxTxN, _reweighted(w_CxT, log_v_CxT), problem.logpsi(theta, sigma_CxTxN) + log_v_CxT)
+    return Target(coefficient, sigma_CxTxN, _reweighted(w_CxT, log_v_CxT),
+                  problem.logpsi(theta, sigma_CxTxN) + log_v_CxT)
 
 
 def _fidelity(log_H_CxT, w_CxT, log_G_CxT, v_CxT):
@@ -158,8 +165,7 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, coefficient, mode):
     def log_phi(v, sigma_N):
         p = to_params(v)
         eloc = local_energy(problem.hamiltonian, problem.logpsi, p, sigma_N, ratio_fn)
-        return problem.logpsi(p, sigma_N) + jnp.log((1 + coefficient * eloc).astype(jnp.result_type(
-            coefficient, eloc, jnp.complex64)))
+        return problem.logpsi(p, sigma_N) + _log_one_plus(coefficient, eloc)
 
     if mode == "holomorphic":
         grad = jax.grad(log_phi, holomorphic=True)
@@ -170,18 +176,18 @@ def log_derivatives(problem: Problem, params, sigma_CxTxN, coefficient, mode):
     return map_over_samples(lambda sigma: per_sample(flat, sigma), sigma_CxTxN, problem.chunk_per_chain)
 
 
-def estimate(problem: Problem, method: PTVMC, phi, theta, coefficient, sample, psi: Target) -> Estimate:
+def estimate(problem: Problem, method: PTVMC, phi, theta, sample, psi: Target) -> Estimate:
     """The infidelity, its gradient and the natural-gradient update at phi (module docstring).
 
     Args:
         problem: its Hamiltonian, model and chunk size.
         method: the solve's diag_shift and rcond.
         phi, theta: the parameters optimised and those of the step's start.
-        coefficient: c of Phi = (1 + c H) psi_phi, Psi = (1 - c H) psi_theta (i dt/2, or dt/2).
         sample: (sigma [C, T, N], w [C, T] or None) of |psi_phi|^2 (`runner.core.problem.draw`).
-        psi: Psi on the samples of |psi_theta|^2 (`target`).
+        psi: Psi = (1 - c H) psi_theta on the samples of |psi_theta|^2, and c (`target`).
     """
     sigma_CxTxN, w0_CxT = sample
+    coefficient = psi.coefficient
     log_u_CxT = log_factor(problem, phi, sigma_CxTxN, coefficient)
     w_CxT = _reweighted(w0_CxT, log_u_CxT)
     log_Psi_CxT = problem.logpsi(theta, sigma_CxTxN) + log_factor(problem, theta, sigma_CxTxN, -coefficient)
@@ -211,45 +217,45 @@ def _coefficient(dt, real_time: bool, params):
     return (jnp.asarray(dt, real) / 2).astype(jnp.result_type(real, jnp.complex64)) * (1j if real_time else 1)
 
 
-def _optimise(problem: Problem, method: PTVMC, theta, phi, chains, step):
-    """(phi, chains, updates, final infidelity): natural-gradient updates from phi until the
-    infidelity estimate is at most the tolerance or after max_iterations updates; `step` =
-    (coefficient, `Target`). Each iteration draws its samples of |psi_phi|^2."""
-    coefficient, psi = step
+def _optimise(problem: Problem, method: PTVMC, theta, phi, chains, psi: Target):
+    """(phi, chains, updates, final infidelity, converged): natural-gradient updates from phi until
+    the infidelity estimate is at most the tolerance or fell by at most the tolerance in the last
+    update (converged: the ansatz's floor), or after max_iterations updates, towards `psi`. Each
+    iteration draws its samples of |psi_phi|^2."""
 
     def body(loop):
-        phi, chains, n, _, _ = loop
+        phi, chains, n, previous, _, _ = loop
         chains, sigma_CxTxN, w_CxT, _ = draw(problem, phi, chains)
-        found = estimate(problem, method, phi, theta, coefficient, (sigma_CxTxN, w_CxT), psi)
-        stop = (found.infidelity <= method.tolerance) | (n >= method.max_iterations)
+        found = estimate(problem, method, phi, theta, (sigma_CxTxN, w_CxT), psi)
+        converged = (found.infidelity <= method.tolerance) | (previous - found.infidelity <= method.tolerance)
+        stop = converged | (n >= method.max_iterations)
         phi = jax.tree_util.tree_map(
             lambda p, d: jnp.where(stop, p, p + jnp.asarray(method.learning_rate, _real_dtype(p)) * d), phi, found.step)
-        return phi, chains, n + (~stop).astype(jnp.int32), found.infidelity, stop
+        return phi, chains, n + (~stop).astype(jnp.int32), found.infidelity, converged, stop
 
-    start = (phi, chains, jnp.zeros((), jnp.int32), jnp.asarray(jnp.nan, _real_dtype(phi)), jnp.zeros((), bool))
-    return jax.lax.while_loop(lambda loop: ~loop[4], body, start)[:4]
+    no = jnp.zeros((), bool)
+    start = (phi, chains, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, _real_dtype(phi)), no, no)
+    return jax.lax.while_loop(lambda loop: ~loop[5], body, start)[:5]
 
 
 def step(problem: Problem, method: PTVMC, real_time: bool, y, state: IntegratorState, t_end):
     """One projected step from state.t (shortened to land on t_end as `runner.core.integrators.step`
     does): (phi, state), the chains advanced by every draw, n_rejected counting a step whose
-    optimisation stopped at max_iterations above the tolerance (the step is kept)."""
+    optimisation stopped at max_iterations unconverged (`_optimise`; the step is kept)."""
     t_end = jnp.asarray(t_end, state.t.dtype)
     last = t_end - state.t <= state.dt * (1 + 1e-9)
     dt = jnp.where(last, t_end - state.t, state.dt)
     real = _real_dtype(y)
     chains, sigma_CxTxN, w_CxT, _ = draw(problem, y, state.carry)
-    coefficient = _coefficient(dt, real_time, y)
-    psi = target(problem, y, coefficient, sigma_CxTxN, w_CxT)
+    psi = target(problem, y, _coefficient(dt, real_time, y), sigma_CxTxN, w_CxT)
     phi = y
     if method.extrapolate:
         phi = jax.tree_util.tree_map(lambda p, v: p + jnp.asarray(dt, real) * v, y, state.k0.velocity)
-    phi, chains, n, infidelity = _optimise(problem, method, y, phi, chains, (coefficient, psi))
+    phi, chains, n, infidelity, converged = _optimise(problem, method, y, phi, chains, psi)
     velocity = jax.tree_util.tree_map(lambda a, b: (a - b) / jnp.asarray(dt, real), phi, y)
     memory = Memory(velocity, infidelity, state.k0.iterations + n)
-    unconverged = ~(infidelity <= method.tolerance)
     return phi, IntegratorState(jnp.where(last, t_end, state.t + dt), state.dt, memory, chains,
-                                state.n_accepted + 1, state.n_rejected + unconverged.astype(jnp.int32))
+                                state.n_accepted + 1, state.n_rejected + (~converged).astype(jnp.int32))
 
 
 def advance(problem: Problem, method: PTVMC, real_time: bool, y, state: IntegratorState, t_end, *,

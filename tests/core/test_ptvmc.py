@@ -58,7 +58,7 @@ def _estimator(problem, coefficient, seed=0):
         chains, sigma_y, w_y, _ = draw(problem, theta, chains)
         psi = ptvmc.target(problem, theta, coefficient, sigma_y, w_y)
         _, sigma_x, w_x, _ = draw(problem, phi, chains)
-        return ptvmc.estimate(problem, method, phi, theta, coefficient, (sigma_x, w_x), psi)
+        return ptvmc.estimate(problem, method, phi, theta, (sigma_x, w_x), psi)
 
     return run
 
