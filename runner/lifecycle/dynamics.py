@@ -1,6 +1,6 @@
 """A time evolution (task=dynamics): the TDVP integrated (or projected tVMC's steps taken) from the
-initial state to t_end under the run's Hamiltonian, measured at every saved time (trajectory.jsonl), checkpointed there, compared
-with the exact dynamics where the space allows, and summarised."""
+initial state to t_end under the run's Hamiltonian, measured at every saved time (trajectory.jsonl),
+checkpointed there, compared with the exact dynamics where the space allows, and summarised."""
 
 import functools
 import json
@@ -304,7 +304,8 @@ def _summary(experiment, status, reason, state, records, *, errors, seconds: dic
                "n_rejected": int(state.integrator.n_rejected) if state is not None else 0, "seed": experiment.settings.seed,
                "n_sites": experiment.hilbert.n_sites, **layout_fields(experiment, layout), **seconds}
     if records:
-        summary.update({k: v for k, v in records[-1].items() if k.startswith(("energy", "obs/", "residual", "infidelity"))})
+        kept = ("energy", "obs/", "residual", "infidelity")
+        summary.update({k: v for k, v in records[-1].items() if k.startswith(kept)})
     n_sites = experiment.hilbert.n_sites  # per site and the unit, as a ground-state summary's (summary.UNIT_FIELDS)
     summary["energy_per_site"] = per_site(summary.get("energy"), n_sites)
     summary["energy_error_per_site"] = per_site(summary.get("energy_error"), n_sites)
