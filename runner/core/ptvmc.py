@@ -35,9 +35,9 @@ from runner.core.integrators import IntegratorState
 from runner.core.jacobian import centred
 from runner.core.local_energy import local_energies, local_energy, map_over_samples
 from runner.core.problem import Problem, draw
-from runner.core.sr import _gram_and_force
+from runner.core.sr import gram_and_force
 from runner.core.stats import weighted_mean
-from runner.core.tdvp import TDVP, _regularised_inverse
+from runner.core.tdvp import TDVP, regularised_inverse
 from runner.core.wavefunction import from_split, gradient_mode, ratio_of, to_split
 from runner.core.weights import normalised_weights
 from runner.errors import ConfigError, require_bool, require_int, require_number
@@ -199,11 +199,11 @@ def estimate(problem: Problem, method: PTVMC, phi, theta, sample, psi: Target) -
     C, T = sigma_CxTxN.shape[:2]
     Dbar_PxS = centred(D_CxTxP, w_CxT).reshape(C * T, -1).T
     # force / 2: d log F / d conj(phi) (holomorphic); half of d log F / d phi (real coordinates).
-    S_PxP, force_P = _gram_and_force(Dbar_PxS, (centred(H_CxT, w_CxT) / mean_H).reshape(-1),
+    S_PxP, force_P = gram_and_force(Dbar_PxS, (centred(H_CxT, w_CxT) / mean_H).reshape(-1),
                                      "real" if mode == "split" else mode, C)
     rhs_P = force_P / 2
     lambda_P, V_PxP = jnp.linalg.eigh(S_PxP + method.diag_shift * jnp.eye(S_PxP.shape[0], dtype=S_PxP.dtype))
-    inverse_P = _regularised_inverse(lambda_P, jnp.full(lambda_P.shape, jnp.inf, lambda_P.dtype),
+    inverse_P = regularised_inverse(lambda_P, jnp.full(lambda_P.shape, jnp.inf, lambda_P.dtype),
                                      TDVP(rcond=method.rcond))
     delta_P = V_PxP @ (inverse_P * (jnp.conj(V_PxP).T @ rhs_P))
     flat, unravel = ravel_pytree(phi)

@@ -63,7 +63,7 @@ def _block_gram_and_force(A_PxT, e_T, mode):
     return S, force(from_dense(A_PxT, mode), e_T, mode)
 
 
-def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
+def gram_and_force(Obar_PxS, eps_S, mode, n_chains):
     """(S, F) from the dense Obar, each chain's contribution computed on its own and added in
     chain order: the same bits on every layout, where one product over all samples would be
     split by the partitioner into per-device partial sums and an all-reduce.
@@ -85,7 +85,7 @@ def _gram_and_force(Obar_PxS, eps_S, mode, n_chains):
 
 def _by_chain_pairs(Obar_PxS, eps_S, n_chains, one_chain):
     """The sum over chains of one_chain(Obar's columns of the chain, its eps), pair by pair
-    (see `_gram_and_force`)."""
+    (see `gram_and_force`)."""
     P, n_samples = Obar_PxS.shape
     pair = 2 if n_chains % 2 == 0 else 1
     A_GxKxPxT = jnp.moveaxis(Obar_PxS.reshape(P, n_chains // pair, pair, -1), 0, 2)
@@ -270,7 +270,7 @@ def sr_update(jac: Jacobian, eps_S, mode, state, step=0, *, diag_shift, solver, 
                                       recycle_every=recycle_every)
     else:
         # The force from the matrix just built, not from another pass over the samples.
-        S, F = _gram_and_force(jac.dense(), eps_S, mode, jac.n_chains)
+        S, F = gram_and_force(jac.dense(), eps_S, mode, jac.n_chains)
         shift, shown = shift_at(diag_shift, step, S.dtype)
         if diag_scale is not None:
             shift = relative_shift(jnp.real(jnp.diagonal(S)), shift, diag_scale)

@@ -29,7 +29,7 @@ from runner.core import integrators
 from runner.core.jacobian import centred, jacobian
 from runner.core.local_energy import local_energies
 from runner.core.problem import Problem, draw, sums_exactly
-from runner.core.sr import _gram_and_force
+from runner.core.sr import gram_and_force
 from runner.core.stats import Stats, chain_sum, statistics
 from runner.core.wavefunction import from_split, gradient_mode
 from runner.errors import ConfigError, require_bool, require_number
@@ -92,21 +92,21 @@ def parameter_derivative(problem: Problem, equation: TDVP, params, sigma_CxTxN, 
     Obar_PxS = jac.dense()
     target_S = (-1j if equation.real_time else -1.0) * centred(eloc_CxT, w_CxT).reshape(-1)
     # force() is 2 Re(Obar^H target) (real coordinates) or 2 Obar^H target (holomorphic).
-    S_PxP, force_P = _gram_and_force(Obar_PxS, target_S, core_mode, jac.n_chains)
+    S_PxP, force_P = gram_and_force(Obar_PxS, target_S, core_mode, jac.n_chains)
     rhs_P = force_P / 2
     lambda_P, V_PxP = jnp.linalg.eigh(S_PxP + equation.diag_shift * jnp.eye(S_PxP.shape[0], dtype=S_PxP.dtype))
     rho_P = jnp.conj(V_PxP).T @ rhs_P
     snr_P = jnp.full(lambda_P.shape, jnp.inf, lambda_P.dtype)
     if not exact:
         snr_P = _signal_to_noise(V_PxP, Obar_PxS, target_S, rho_P, jac.n_chains)
-    x_P = V_PxP @ (_regularised_inverse(lambda_P, snr_P, equation) * rho_P)
+    x_P = V_PxP @ (regularised_inverse(lambda_P, snr_P, equation) * rho_P)
     residual = _residual(S_PxP, rhs_P, x_P, stats.variance)
     flat, unravel = ravel_pytree(params)
     x_P = from_split(x_P) if mode == "split" else x_P
     return unravel(x_P.astype(flat.dtype)), TDVPInfo(stats, residual, lambda_P, snr_P)
 
 
-def _regularised_inverse(lambda_P, snr_P, equation: TDVP):
+def regularised_inverse(lambda_P, snr_P, equation: TDVP):
     """1 / lambda_k, damped softly below rcond * lambda_max and below snr_cutoff (module
     docstring); 0 for eigenvalues under the dtype's epsilon times lambda_max."""
     top = jnp.maximum(lambda_P[-1], jnp.finfo(lambda_P.dtype).tiny)
