@@ -5,11 +5,12 @@ a small task=excited run, and fake run directories as the runner writes them (fo
 import functools
 import json
 import os
+import signal
 import time
 
 import numpy as np
 
-from runner.lifecycle import checkpoint
+from runner.lifecycle import checkpoint, preemption
 
 
 def energies(run_dir):
@@ -116,3 +117,25 @@ def completed(energy, exact=-10.0, **extra):
     return {"status": "completed", "energy": energy, "energy_error": 1e-3, "exact_energy": exact,
             "relative_error": abs(energy - exact) / abs(exact), "v_score": 1e-3, "n_iter": 10,
             "steps_done": 10, "seconds_per_iter": 0.02, "processes": 2, "devices": 2, **extra}
+
+
+class StopAfterSaved:
+    """A StopRequest whose SIGTERM arrives at its `looks`-th look (`requested`) after the run
+    checkpointed saved time `index`."""
+
+    def __init__(self, run_dir, index: int, looks: int):
+        self.path, self.index, self.looks = run_dir / "checkpoint", index, looks
+        self.agreed, self.saved = None, None
+
+    def requested(self) -> bool:
+        if (self.path / checkpoint.FILENAME).is_file() and checkpoint.read_meta(self.path)["step"] >= self.index:
+            self.looks -= 1
+        self.agreed = signal.SIGTERM if self.looks <= 0 else None
+        return self.agreed is not None
+
+    status = property(lambda self: preemption.status_of(self.agreed))
+    describe = lambda self: "SIGTERM"  # noqa: E731
+    hand_over = lambda self: None  # noqa: E731
+
+    def checkpoint_saved(self, index: int):
+        self.saved = index

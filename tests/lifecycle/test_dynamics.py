@@ -2,7 +2,6 @@
 same numbers on 1 and 4 devices, one trace of the time derivative per run, the plus_x check."""
 
 import json
-import signal
 import time
 from types import SimpleNamespace
 
@@ -22,7 +21,7 @@ from runner.core import sampler as smp
 from runner.core.problem import Problem
 from runner.diagnostics import health
 from runner.errors import ConfigError
-from runner.lifecycle import checkpoint, load, loop, preemption
+from runner.lifecycle import checkpoint, load, loop
 from runner.lifecycle import dynamics as dyn
 from runner.parallel import mesh
 from runner.physics import hamiltonians
@@ -30,7 +29,7 @@ from runner.physics import hilbert as hb
 from tests.helpers.cli import REPO, run_cli
 from tests.helpers.config import compose_config
 from tests.helpers.dense import X, Y, Z, basis_index, dense_ising, site_op
-from tests.helpers.runs import QUENCH, assert_same_run, trajectory
+from tests.helpers.runs import QUENCH, StopAfterSaved, assert_same_run, trajectory
 from tests.helpers.runs import QUENCH_H as H_QUENCH
 from tests.helpers.runs import QUENCH_N as N
 from tests.helpers.runs import QUENCH_OBSERVABLES as OBSERVABLES
@@ -143,28 +142,6 @@ def test_resume_continues_bit_for_bit_and_compiles_once(tmp_path, monkeypatch):
     summary = run([*SAMPLED, "task.t_end=0.4"], tmp_path / "parts")
     assert summary["t_reached"] == 0.4 and summary["n_saved"] == 5
     assert_same_run(tmp_path / "parts", tmp_path / "whole")
-
-
-class StopAfterSaved:
-    """A StopRequest whose SIGTERM arrives at its `looks`-th look (`requested`) after the run
-    checkpointed saved time `index`."""
-
-    def __init__(self, run_dir, index: int, looks: int):
-        self.path, self.index, self.looks = run_dir / "checkpoint", index, looks
-        self.agreed, self.saved = None, None
-
-    def requested(self) -> bool:
-        if (self.path / checkpoint.FILENAME).is_file() and checkpoint.read_meta(self.path)["step"] >= self.index:
-            self.looks -= 1
-        self.agreed = signal.SIGTERM if self.looks <= 0 else None
-        return self.agreed is not None
-
-    status = property(lambda self: preemption.status_of(self.agreed))
-    describe = lambda self: "SIGTERM"  # noqa: E731
-    hand_over = lambda self: None  # noqa: E731
-
-    def checkpoint_saved(self, index: int):
-        self.saved = index
 
 
 @pytest.mark.slow

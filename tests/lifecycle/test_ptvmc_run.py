@@ -2,7 +2,6 @@
 a sampled run stopped between saved times and resumed bit for bit, and a bad key refused by the CLI."""
 
 import json
-import signal
 import time
 
 import numpy as np
@@ -11,12 +10,12 @@ import pytest
 import runner
 from runner import app
 from runner.config.build import build
-from runner.lifecycle import checkpoint, loop, preemption
+from runner.lifecycle import checkpoint, loop
 from runner.lifecycle import dynamics as dyn
 from runner.parallel import mesh
 from tests.helpers.cli import REPO, run_cli
 from tests.helpers.config import compose_config
-from tests.helpers.runs import QUENCH, checkpoint_leaves, trajectory
+from tests.helpers.runs import QUENCH, StopAfterSaved, checkpoint_leaves, trajectory
 
 PTVMC = [*QUENCH, "task/integrator=ptvmc"]
 # Sampled: 8 chains of 16 samples per draw, two projected steps between saved times.
@@ -56,27 +55,6 @@ def trajectory_keys_of_rk4():
     """The keys of an rk4 run's trajectory record (runner.lifecycle.dynamics.record) of this quench."""
     return ["t", "energy", "energy_error", "residual", "acceptance", "obs/mx", "obs/mx_error", "obs/yz",
             "obs/yz_error", "dt", "n_steps", "n_rejected"]
-
-
-class StopAfterSaved:
-    """A StopRequest whose SIGTERM arrives at its `looks`-th look after saved time `index` was checkpointed."""
-
-    def __init__(self, run_dir, index: int, looks: int):
-        self.path, self.index, self.looks = run_dir / "checkpoint", index, looks
-        self.agreed, self.saved = None, None
-
-    def requested(self) -> bool:
-        if (self.path / checkpoint.FILENAME).is_file() and checkpoint.read_meta(self.path)["step"] >= self.index:
-            self.looks -= 1
-        self.agreed = signal.SIGTERM if self.looks <= 0 else None
-        return self.agreed is not None
-
-    status = property(lambda self: preemption.status_of(self.agreed))
-    describe = lambda self: "SIGTERM"  # noqa: E731
-    hand_over = lambda self: None  # noqa: E731
-
-    def checkpoint_saved(self, index: int):
-        self.saved = index
 
 
 @pytest.mark.slow
