@@ -349,3 +349,16 @@ def test_tdvp_bench_times_the_runners_quench(tmp_path):
     args = bench_tdvp.argparse.Namespace(L=6, n_samples=64, t_end=0.1)
     result = bench_tdvp.ours(args, tmp_path / "run", os.environ.copy())
     assert result["saved_times"] == [0.0, 0.05, 0.1] and result["seconds_per_unit_time"] > 0
+
+
+def test_equal_time_runs_our_six_by_six_recipes_and_judges_by_the_combined_error_bar():
+    """bench/equal_time.py: our side is each problem's 6 x 6 recipe on 36 sites at Sz = 0 (its samples
+    per step are what NetKet gets), and "ours lower" needs more than the combined error bar."""
+    equal_time = _load("equal_time")
+    for problem, overrides in equal_time.OURS.items():
+        config = equal_time.composed(overrides)
+        assert config["hilbert"]["L"] == 6 and config["hilbert"]["total_sz"] == 0, problem
+        assert equal_time.recipe_samples(problem) == config["sampler"]["n_samples"] > 0
+    ours = {"energy": -80.0, "energy_error": 0.03}
+    assert equal_time.verdict(ours, {"energy": -79.9, "energy_error": 0.04})[2]  # 0.1 > 0.05
+    assert not equal_time.verdict(ours, {"energy": -79.96, "energy_error": 0.04})[2]  # 0.04 < 0.05
