@@ -306,7 +306,7 @@ def _spectrum(hamiltonian: PauliSum, hilbert: Hilbert, n_levels: int | None, par
 def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | None = None, rtol: float = 1e-9):
     """(the sector holding the ground state, its energy): the sector of lowest level; None, with
     the ground energy from `exact.ground_energy`, when a 2-D irrep lies lower than every listed
-    sector. Of degenerate sectors, the first in `result.levels`' order. Computed once for the same
+    sector. Of sectors degenerate within `rtol` (relative), the first in `result.levels`' order. Computed once for the same
     arguments (`_remembered`), as `spectrum` is: `model.sector: auto` and spectrum.json share them."""
     result = spectrum(hamiltonian, hilbert) if result is None else result
     return _remembered("ground_sector", (hamiltonian, hilbert, result, rtol),
@@ -316,7 +316,9 @@ def ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum | No
 def _ground_sector(hamiltonian: PauliSum, hilbert: Hilbert, result: Spectrum, rtol: float):
     """`ground_sector`, computed."""
     filled = {s: v[0] for s, v in result.levels.items() if v}
-    best = min(filled, key=filled.get)
+    lowest = min(filled.values())
+    # degenerate sectors differ in the last bits, which the processor decides: the first in order wins
+    best = next(s for s, e in filled.items() if e <= lowest + rtol * abs(lowest))
     if result.uncovered_states:
         energy = exact.ground_energy(hamiltonian, hilbert)
         if energy < filled[best] - rtol * abs(energy):

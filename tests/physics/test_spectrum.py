@@ -243,3 +243,17 @@ def test_invariant_levels_are_those_of_the_invariant_states_and_parity(symmetric
         basis = u[:, sv > 1e-9]
         want = np.linalg.eigvalsh(basis.T @ dense @ basis)[:4]
         assert spectrum.invariant_levels(ham, space, 4, rows, parity) == pytest.approx(want, abs=1e-10)
+
+
+def test_of_degenerate_sectors_the_first_is_the_ground_sector_whatever_the_last_bits():
+    """Sectors whose lowest levels agree within rtol are one degenerate level: the first in order is
+    the ground sector, not the one a processor's rounding puts lowest (the 3 x 3 triangular torus with
+    the three-sublattice prior: k=(0,0) A1 on one CPU, k=(1,2) A1 on another)."""
+    first, second, third = "k=(0,0) A1", "k=(1,2) A1", "k=(0,1) A1"
+    for tie in (-21.0 - 3e-15, -21.0 + 3e-15):
+        result = spectrum.Spectrum({first: [-21.0], second: [tie], third: [-20.0]}, {first: 1, second: 1, third: 1},
+                                   {first: 1, second: 1, third: 1}, 3, {})
+        assert spectrum._ground_sector(None, None, result, 1e-9) == (first, -21.0)
+    result = spectrum.Spectrum({first: [-21.0], second: [-21.0 - 1e-6]}, {first: 1, second: 1}, {first: 1, second: 1},
+                               2, {})
+    assert spectrum._ground_sector(None, None, result, 1e-9)[0] == second
