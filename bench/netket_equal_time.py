@@ -51,7 +51,7 @@ from run import REPORTED_ENV  # noqa: E402  (bench/ is on sys.path; run.py impor
 
 PROBLEMS = ("tri6", "j1j2_6")
 EXACT = {"tri6": -80.693770, "j1j2_6": -72.548590}  # Pauli units, Sz = 0
-N_SAMPLES = {"tri6": 1024, "j1j2_6": 2048}  # the vmc-runner recipes' samples per step
+N_SAMPLES = {"tri6": 1024, "j1j2_6": 512}  # the vmc-runner recipes' samples per step (triangular_heisenberg, j1j2_square_cnn)
 # The operator check's lattices: (problem, extents, total_sz). 3x3 and 3x6 have the 120-degree pattern.
 CHECK_LATTICES = (("tri6", (3, 3), 0.5), ("tri6", (3, 6), 0.0), ("tri6", (4, 4), 0.0), ("j1j2_6", (4, 4), 0.0))
 
