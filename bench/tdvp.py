@@ -1,12 +1,14 @@
 #!/usr/bin/env python
 """The TDVP benchmark: the 1D quench of `experiment=tfim_quench_1d` (periodic TFIM chain, complex
 translation-symmetric RBM alpha 2, 4096 samples, RK4, dt 0.01, soft pseudo-inverse rcond 1e-6) in
-vmc-runner and in NetKet (`bench/netket_tdvp.py`: `netket.experimental.TDVP`), started from the
-uniform state |+x>, interleaved (A B B A ...), each a fresh process. The runner starts from the
-RBMSymm's `plus_x` (each feature attached to one site: a trajectory that moves); NetKet's side
-from all-zero parameters, whose tangent holds single-site fields only (a frozen trajectory). At a
-fixed step the work per step does not depend on the parameters' values, so the times compare;
-the trajectories do not.
+vmc-runner and in NetKet (`bench/netket_tdvp.py`: `netket.experimental.TDVP`), and in vmc-runner's
+projected tVMC (`task/integrator=ptvmc`, same model and samples, at each of `--ptvmc-dts`), started
+from the uniform state |+x>, interleaved (the order rotates each repeat), each a fresh process. The
+runner starts from the RBMSymm's `plus_x` (each feature attached to one site: a trajectory that
+moves); NetKet's side from all-zero parameters, whose tangent holds single-site fields only (a
+frozen trajectory). At a fixed step a TDVP step's work does not depend on the parameters' values,
+so the tVMC times compare; the trajectories do not. A projected step's work does (its updates stop
+at its tolerance), so its times are those of the moving trajectory.
 
 Reported: seconds of wall time per unit of physical time, from the first saved time after t = 0
 to t_end (compilation and the first interval left out), and their ratio (ours / NetKet's). The
@@ -14,7 +16,7 @@ runner also measures the energy on fresh samples at every saved time (NetKet rea
 NetKet's side does not.
 
 Usage: python bench/tdvp.py --netket-python /path/to/netket/venv/bin/python [--repeats 2]
-                            [--L 40] [--n-samples 4096] [--t-end 0.3]
+                            [--L 40] [--n-samples 4096] [--t-end 0.3] [--ptvmc-dts 0.01 0.05]
 """
 
 import argparse
@@ -31,18 +33,22 @@ from run import REPO, process_env  # bench/ is on sys.path
 DT, SAVE_EVERY, RCOND, H = 0.01, 0.05, 1e-6, 1.0
 
 
-def ours(args, run_dir: Path, env) -> dict:
-    """vmc-runner's run of the quench in `run_dir`; its seconds per unit time from trajectory.jsonl."""
+def ours(args, run_dir: Path, env, ptvmc_dt: float | None = None) -> dict:
+    """vmc-runner's run of the quench in `run_dir` (by RK4 tVMC, or by projected tVMC at step
+    `ptvmc_dt`); its seconds per unit time from trajectory.jsonl."""
+    integrator = (["task/integrator=rk4", f"task.integrator.dt={DT}"] if ptvmc_dt is None
+                  else ["task/integrator=ptvmc", f"task.integrator.dt={ptvmc_dt}"])
     subprocess.run([sys.executable, "-m", "runner", "task=dynamics", f"hilbert.L={args.L}", f"hamiltonian.h={H}",
                     "model=rbm_symm", "model.alpha=2", "dtype=complex128", f"sampler.n_samples={args.n_samples}",
-                    "task/integrator=rk4", f"task.integrator.dt={DT}", f"task.save_every={SAVE_EVERY}",
+                    *integrator, f"task.save_every={SAVE_EVERY}",
                     f"task.equation.rcond={RCOND}",
                     f"task.t_end={args.t_end}", "exact=false", "observables=none", "logger=[jsonl]",
                     f"hydra.run.dir={run_dir}"], cwd=REPO, env=env, check=True, capture_output=True)
     records = [json.loads(line) for line in (run_dir / "trajectory.jsonl").read_text().splitlines()]
     first = next(r for r in records if r["t"] > 1e-12)
     last = records[-1]
-    return {"code": "vmc-runner", "seconds_per_unit_time": (last["wall_time"] - first["wall_time"]) / (last["t"] - first["t"]),
+    code = "vmc-runner" if ptvmc_dt is None else f"vmc-runner ptvmc dt={ptvmc_dt}"
+    return {"code": code, "seconds_per_unit_time": (last["wall_time"] - first["wall_time"]) / (last["t"] - first["t"]),
             "saved_times": [r["t"] for r in records], "energies": [r["energy"] for r in records]}
 
 
@@ -61,20 +67,26 @@ def main(argv=None) -> int:
     parser.add_argument("--L", type=int, default=40)
     parser.add_argument("--n-samples", type=int, default=4096)
     parser.add_argument("--t-end", type=float, default=0.3)
+    parser.add_argument("--ptvmc-dts", type=float, nargs="*", default=[DT, 0.05],
+                        help="projected tVMC's steps to time (none: leave it out)")
     args = parser.parse_args(argv)
     env = process_env()
-    times = {"vmc-runner": [], "netket": []}
+    runs = {"vmc-runner": lambda run_dir: ours(args, run_dir, env), "netket": lambda run_dir: netket(args, env)}
+    for dt in args.ptvmc_dts:
+        runs[f"vmc-runner ptvmc dt={dt}"] = lambda run_dir, dt=dt: ours(args, run_dir, env, ptvmc_dt=dt)
+    codes = list(runs)
+    times = {code: [] for code in codes}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
-            order = ("vmc-runner", "netket") if rep % 2 == 0 else ("netket", "vmc-runner")
-            for code in order:
-                result = ours(args, Path(tmp) / f"run{rep}", env) if code == "vmc-runner" else netket(args, env)
+            shift = rep % len(codes)
+            for i, code in enumerate(codes[shift:] + codes[:shift]):
+                result = runs[code](Path(tmp) / f"run{rep}_{i}")
                 times[code].append(result["seconds_per_unit_time"])
                 print(json.dumps({"repeat": rep, **result}), flush=True)
     median = {code: statistics.median(v) for code, v in times.items()}
     print(json.dumps({"L": args.L, "n_samples": args.n_samples, "t_end": args.t_end, "python": platform.python_version(),
                       "seconds_per_unit_time": times, "median": median,
-                      "ratio_ours_to_netket": median["vmc-runner"] / median["netket"]}))
+                      "ratio_to_netket": {code: median[code] / median["netket"] for code in codes if code != "netket"}}))
     return 0
 
 

@@ -345,10 +345,13 @@ def test_tdvp_bench_runs_the_quench_experiments_numerics():
 
 @pytest.mark.slow
 def test_tdvp_bench_times_the_runners_quench(tmp_path):
-    """bench/tdvp.py's side of the runner: the quench from the RBMSymm's plus_x, timed per unit of time."""
+    """bench/tdvp.py's side of the runner: the quench from the RBMSymm's plus_x, timed per unit of time,
+    by RK4 tVMC and by projected tVMC."""
     args = bench_tdvp.argparse.Namespace(L=6, n_samples=64, t_end=0.1)
-    result = bench_tdvp.ours(args, tmp_path / "run", os.environ.copy())
-    assert result["saved_times"] == [0.0, 0.05, 0.1] and result["seconds_per_unit_time"] > 0
+    for i, (ptvmc_dt, code) in enumerate(((None, "vmc-runner"), (0.05, "vmc-runner ptvmc dt=0.05"))):
+        result = bench_tdvp.ours(args, tmp_path / f"run{i}", os.environ.copy(), ptvmc_dt=ptvmc_dt)
+        assert result["code"] == code and result["saved_times"] == [0.0, 0.05, 0.1], code
+        assert result["seconds_per_unit_time"] > 0
 
 
 def test_equal_time_runs_our_six_by_six_recipes_and_judges_by_the_combined_error_bar():
