@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--features", type=int, default=4)
     p.add_argument("--prior", choices=["native", "none"], default="native")
-    p.add_argument("--chunk-size", type=int, default=1024, help="MCState chunk_size (bounds the memory)")
+    p.add_argument("--chunk-size", type=int, default=1024,
+                   help="MCState chunk_size, at most the samples per step (bounds the memory)")
     p.add_argument("--max-steps", type=int, default=None, help="also stop after this many steps (probing)")
     args = p.parse_args(argv)
     if args.exact_energies:
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
     sampler = nk.sampler.MetropolisExchange(hi, graph=g, n_chains=args.n_chains,
                                             d_max=2 if args.problem == "j1j2_6" else 1)
     vs = nk.vqs.MCState(sampler, model(g, args.symmetries, args.layers, args.features), n_samples=n_samples,
-                        seed=args.seed, sampler_seed=args.seed + 1, chunk_size=args.chunk_size)
+                        seed=args.seed, sampler_seed=args.seed + 1, chunk_size=min(args.chunk_size, n_samples))
     with _stdout_to_stderr():
         driver = nk.driver.VMC_SR(H, nk.optimizer.Sgd(learning_rate=args.lr), diag_shift=args.diag_shift,
                                   variational_state=vs)

@@ -33,6 +33,11 @@ from run import REPO, process_env  # bench/ is on sys.path
 DT, SAVE_EVERY, RCOND, H = 0.01, 0.05, 1e-6, 1.0
 
 
+def code_name(ptvmc_dt: float | None = None) -> str:
+    """The name of vmc-runner's side in the results: by RK4 tVMC, or by projected tVMC at step `ptvmc_dt`."""
+    return "vmc-runner" if ptvmc_dt is None else f"vmc-runner ptvmc dt={ptvmc_dt}"
+
+
 def ours(args, run_dir: Path, env, ptvmc_dt: float | None = None) -> dict:
     """vmc-runner's run of the quench in `run_dir` (by RK4 tVMC, or by projected tVMC at step
     `ptvmc_dt`); its seconds per unit time from trajectory.jsonl."""
@@ -47,8 +52,7 @@ def ours(args, run_dir: Path, env, ptvmc_dt: float | None = None) -> dict:
     records = [json.loads(line) for line in (run_dir / "trajectory.jsonl").read_text().splitlines()]
     first = next(r for r in records if r["t"] > 1e-12)
     last = records[-1]
-    code = "vmc-runner" if ptvmc_dt is None else f"vmc-runner ptvmc dt={ptvmc_dt}"
-    return {"code": code, "seconds_per_unit_time": (last["wall_time"] - first["wall_time"]) / (last["t"] - first["t"]),
+    return {"code": code_name(ptvmc_dt), "seconds_per_unit_time": (last["wall_time"] - first["wall_time"]) / (last["t"] - first["t"]),
             "saved_times": [r["t"] for r in records], "energies": [r["energy"] for r in records]}
 
 
@@ -71,9 +75,9 @@ def main(argv=None) -> int:
                         help="projected tVMC's steps to time (none: leave it out)")
     args = parser.parse_args(argv)
     env = process_env()
-    runs = {"vmc-runner": lambda run_dir: ours(args, run_dir, env), "netket": lambda run_dir: netket(args, env)}
+    runs = {code_name(): lambda run_dir: ours(args, run_dir, env), "netket": lambda run_dir: netket(args, env)}
     for dt in args.ptvmc_dts:
-        runs[f"vmc-runner ptvmc dt={dt}"] = lambda run_dir, dt=dt: ours(args, run_dir, env, ptvmc_dt=dt)
+        runs[code_name(dt)] = lambda run_dir, dt=dt: ours(args, run_dir, env, ptvmc_dt=dt)
     codes = list(runs)
     times = {code: [] for code in codes}
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,8 +3,8 @@
 output leaf. The programs: one VMC step of each preconditioner (SR dense and CG, minSR dense and
 with its kernel in chunks and parameter blocks, none), of the excited-state (determinant) model, and
 of a full sum; the sampler's draws (Metropolis local and exchange, exact, full sum); the TDVP time
-derivative and a projected tVMC step, sampled and by full sum; the final estimate. Two-process runs per task: tests/integration/test_parallel.py and
-test_tasks_parallel.py."""
+derivative and a projected tVMC step, sampled and by full sum; the final estimate. Two-process runs
+per task: tests/integration/test_parallel.py and test_tasks_parallel.py."""
 
 import jax
 import jax.numpy as jnp
@@ -70,13 +70,19 @@ def test_a_draw_is_the_same_on_one_and_four_devices(name):
     assert_same_bits(four, one)
 
 
+def _time_derivative(overrides):
+    """theta_dot and the chains after its draw, of the quench (a 6-site Ising chain, Jastrow), on 1 and
+    on 4 devices."""
+    experiment, state = _experiment([*QUENCH_SAMPLED, *overrides])
+    f = tdvp.time_derivative(experiment.problem, tdvp.tdvp())
+    return on_one_and_four_devices(lambda s: f(0.0, s["params"], s["chains"]),
+                                   {"params": state.params, "chains": state.chains})
+
+
 @LAYOUT_DEPENDENT
 def test_the_tdvp_time_derivative_is_the_same_on_one_and_four_devices():
-    """theta_dot and the chains after its draw, of the sampled quench (a 6-site Ising chain, Jastrow)."""
-    experiment, state = _experiment([*QUENCH_SAMPLED])
-    f = tdvp.time_derivative(experiment.problem, tdvp.tdvp())
-    one, four = on_one_and_four_devices(lambda s: f(0.0, s["params"], s["chains"]),
-                                        {"params": state.params, "chains": state.chains})
+    """The sampled quench's theta_dot (8 chains of 8 samples)."""
+    one, four = _time_derivative([])
     assert_same_bits(four, one)
 
 
@@ -87,11 +93,8 @@ def test_the_final_estimate_is_the_same_on_one_and_four_devices():
 
 
 def test_the_tdvp_time_derivative_by_full_sum_is_the_same_on_one_and_four_devices():
-    """theta_dot of the quench's 6-site chain by the full sum (the configurations split over the devices)."""
-    experiment, state = _experiment([*QUENCH_SAMPLED, "sampler=full_sum"])
-    f = tdvp.time_derivative(experiment.problem, tdvp.tdvp())
-    one, four = on_one_and_four_devices(lambda s: f(0.0, s["params"], s["chains"]),
-                                        {"params": state.params, "chains": state.chains})
+    """The quench's theta_dot by the full sum (the configurations split over the devices)."""
+    one, four = _time_derivative(["sampler=full_sum"])
     assert_same_bits(four, one)
 
 
