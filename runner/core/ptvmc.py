@@ -220,22 +220,30 @@ def _coefficient(dt, real_time: bool, params):
 def _optimise(problem: Problem, method: PTVMC, theta, phi, chains, psi: Target):
     """(phi, chains, updates, final infidelity, converged): natural-gradient updates from phi until
     the infidelity estimate is at most the tolerance or fell by at most the tolerance in the last
-    update (converged: the ansatz's floor), or after max_iterations updates, towards `psi`. Each
-    iteration draws its samples of |psi_phi|^2."""
+    update (converged: the ansatz's floor), or after max_iterations updates, towards `psi`. An
+    update after which the estimate rose by more than the tolerance, or is not finite, is undone
+    and ends the step at the point before it (converged if that point's estimate is finite): with
+    samples, an update too long for the noise in S can land where the samples of |psi_phi|^2 no
+    longer see the target's weight. Each iteration draws its samples of |psi_phi|^2."""
 
     def body(loop):
-        phi, chains, n, previous, _, _ = loop
+        phi, before, chains, n, previous, _, _ = loop
         chains, sigma_CxTxN, w_CxT, _ = draw(problem, phi, chains)
         found = estimate(problem, method, phi, theta, (sigma_CxTxN, w_CxT), psi)
-        converged = (found.infidelity <= method.tolerance) | (previous - found.infidelity <= method.tolerance)
-        stop = converged | (n >= method.max_iterations)
-        phi = jax.tree_util.tree_map(
-            lambda p, d: jnp.where(stop, p, p + jnp.asarray(method.learning_rate, _real_dtype(p)) * d), phi, found.step)
-        return phi, chains, n + (~stop).astype(jnp.int32), found.infidelity, converged, stop
+        rose = ~(found.infidelity <= previous + method.tolerance)
+        infidelity = jnp.where(rose, previous, found.infidelity)
+        converged = jnp.where(rose, jnp.isfinite(previous),
+                              (found.infidelity <= method.tolerance) | (previous - found.infidelity <= method.tolerance))
+        stop = rose | converged | (n >= method.max_iterations)
+        rate = lambda p: jnp.asarray(method.learning_rate, _real_dtype(p))  # noqa: E731
+        moved = jax.tree_util.tree_map(lambda p, b, d: jnp.where(rose, b, jnp.where(stop, p, p + rate(p) * d)),
+                                       phi, before, found.step)
+        return moved, phi, chains, n + (~stop).astype(jnp.int32), infidelity, converged, stop
 
     no = jnp.zeros((), bool)
-    start = (phi, chains, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, _real_dtype(phi)), no, no)
-    return jax.lax.while_loop(lambda loop: ~loop[5], body, start)[:5]
+    start = (phi, phi, chains, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, _real_dtype(phi)), no, no)
+    phi, _, chains, n, infidelity, converged, _ = jax.lax.while_loop(lambda loop: ~loop[6], body, start)
+    return phi, chains, n, infidelity, converged
 
 
 def step(problem: Problem, method: PTVMC, real_time: bool, y, state: IntegratorState, t_end):

@@ -106,6 +106,37 @@ def test_natural_gradient_updates_converge_to_the_ansatz_floor():
     assert max(dense[4:]) - min(dense[4:]) < 1e-12, dense
 
 
+def _optimised(problem, method, theta, coefficient):
+    """`ptvmc._optimise` of one step from theta (the full sum's draw), jitted: (phi, updates, infidelity, converged)."""
+    @jax.jit
+    def run(theta):
+        chains = init_chains(problem.sampler, 0)
+        chains, sigma_y, w_y, _ = draw(problem, theta, chains)
+        psi = ptvmc.target(problem, theta, coefficient, sigma_y, w_y)
+        phi, _, n, infidelity, converged = ptvmc._optimise(problem, method, theta, theta, chains, psi)
+        return phi, n, infidelity, converged
+
+    return run(theta)
+
+
+def test_an_update_that_raises_the_infidelity_is_undone():
+    """Updates three times the Gauss-Newton step overshoot (the error is multiplied by -2 per
+    update near the minimum): the first update raises the infidelity, so it is undone and the
+    step ends at its start, converged, with that start's infidelity (the dense one); at the
+    Gauss-Newton step (learning rate 1) the same step converges far below it."""
+    problem = _problem()
+    theta = _params(problem, 0.1, 1)
+    coefficient = 1j * DT / 2
+    start = _dense_infidelity(problem, theta, theta, coefficient)
+    phi, n, infidelity, converged = _optimised(problem, ptvmc.ptvmc(DT, learning_rate=3.0), theta, coefficient)
+    assert bool(converged) and int(n) == 1
+    np.testing.assert_array_equal(np.asarray(phi["pair_coupling"]), np.asarray(theta["pair_coupling"]))
+    assert abs(float(infidelity) - start) < 1e-10
+    phi, n, infidelity, converged = _optimised(problem, ptvmc.ptvmc(DT), theta, coefficient)
+    assert bool(converged) and float(infidelity) < 1e-5 * start
+    assert abs(_dense_infidelity(problem, phi, theta, coefficient) - float(infidelity)) < 1e-10
+
+
 @pytest.mark.parametrize("override,key", [
     ("task.integrator.max_iterations=0", "task.integrator.max_iterations"),
     ("task.integrator.dt=0", "task.integrator.dt"),
