@@ -116,7 +116,9 @@ def model_sizes(model, n_sites: int) -> tuple[int, int]:
         return _SIZES[key]
     except (KeyError, TypeError):  # not yet, or an unhashable model
         pass
-    with warnings.catch_warnings():  # before x64 is set, float64 requests warn of truncation: sizes are unchanged
+    # Traced with x64 off, as `runner.app` builds (before x64 is set): the jaxpr, so the chunk and the
+    # fingerprint, would otherwise depend on the process's x64 flag (608 against 960 for the 4x4 CNN).
+    with warnings.catch_warnings(), jax.enable_x64(False):  # float64 requests warn of truncation
         warnings.simplefilter("ignore")
         sizes = tuple(_traced_sizes(model, n_sites))
     try:

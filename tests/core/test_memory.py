@@ -79,3 +79,15 @@ def test_a_bad_budget_is_one_sentence():
 
     with pytest.raises(ConfigError, match="memory_budget"):
         build(compose_config(["memory_budget=-1"]))
+
+
+def test_the_estimate_does_not_follow_the_x64_flag():
+    """The CLI builds before x64 is set, tests and API callers after: the model's sizes, so the
+    automatic chunk and the fingerprint, are the same either way (the 4x4 CNN's were 608 and 960)."""
+    model = build(compose_config(["hilbert=square", "hilbert.L=4", "model=cnn", "dtype=complex128"])).problem.model
+    found = []
+    for x64 in (True, False):
+        memory._SIZES.clear()
+        with jax.enable_x64(x64):
+            found.append(memory.model_sizes(model, 16))
+    assert found[0] == found[1]
