@@ -48,15 +48,20 @@ def _dense_infidelity(problem, phi, theta, coefficient):
     return 1 - abs(np.vdot(Phi, Psi)) ** 2 / (np.vdot(Phi, Phi).real * np.vdot(Psi, Psi).real)
 
 
+def _target(problem, theta, coefficient, seed=0):
+    """(chains, the step's target on one draw of |psi_theta|^2) from fresh chains."""
+    chains = init_chains(problem.sampler, seed)
+    chains, sigma_y, w_y, _ = draw(problem, theta, chains)
+    return chains, ptvmc.target(problem, theta, coefficient, sigma_y, w_y)
+
+
 def _estimator(problem, coefficient, seed=0):
     """(phi, theta) -> `ptvmc.Estimate` from one draw of |psi_theta|^2 and one of |psi_phi|^2, jitted."""
     method = ptvmc.ptvmc(DT)
 
     @jax.jit
     def run(phi, theta):
-        chains = init_chains(problem.sampler, seed)
-        chains, sigma_y, w_y, _ = draw(problem, theta, chains)
-        psi = ptvmc.target(problem, theta, coefficient, sigma_y, w_y)
+        chains, psi = _target(problem, theta, coefficient, seed)
         _, sigma_x, w_x, _ = draw(problem, phi, chains)
         return ptvmc.estimate(problem, method, phi, theta, (sigma_x, w_x), psi)
 
@@ -110,9 +115,7 @@ def _optimised(problem, method, theta, coefficient):
     """`ptvmc._optimise` of one step from theta (the full sum's draw), jitted: (phi, updates, infidelity, converged)."""
     @jax.jit
     def run(theta):
-        chains = init_chains(problem.sampler, 0)
-        chains, sigma_y, w_y, _ = draw(problem, theta, chains)
-        psi = ptvmc.target(problem, theta, coefficient, sigma_y, w_y)
+        chains, psi = _target(problem, theta, coefficient)
         phi, _, n, infidelity, converged = ptvmc._optimise(problem, method, theta, theta, chains, psi)
         return phi, n, infidelity, converged
 
