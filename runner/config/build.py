@@ -267,7 +267,7 @@ def _sector(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Hamil
                                    f"{len(lattice_group.perm_ExN)} space-group elements this Hamiltonian keeps") from None
     if sector is None:
         return None
-    if sector == "auto" and exact.wants_exact(settings.exact, hilbert):
+    if sector == "auto" and exact.wants_sectors(settings.exact, hilbert):
         return _ground_sector(hamiltonian, hilbert, symmetry.trivial_sector(hilbert, group))
     if (g := pauli.not_invariant_under(hamiltonian, symmetry_group(hilbert, "lattice"))) is not None:
         raise ConfigError("model.sector", f"projects onto a sector of the space group, whose element {g} this "
@@ -283,7 +283,7 @@ def _symmetry(node: dict, settings: Settings, hilbert: Hilbert, hamiltonian: Ham
 
 
 def _ground_sector(hamiltonian: Hamiltonian, hilbert: Hilbert, trivial):
-    """`model.sector: auto`'s sector where the exact solver runs: the ground state's (`trivial`,
+    """`model.sector: auto`'s sector where the exact spectrum by sector runs: the ground state's (`trivial`,
     with one warning, where a 2-D irrep holds it)."""
     try:
         ground, _ = spectrum.ground_sector(hamiltonian, hilbert)

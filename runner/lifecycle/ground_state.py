@@ -125,11 +125,14 @@ def begun(experiment, state, shardings, done: int, context) -> loop.Begun:
 
 def init(experiment, layout, run_dir, resuming: bool, sweep_dir=None) -> loop.Begun:
     """The exact ground state (where `exact` asks; shared through the cache of the sweep in
-    `sweep_dir`), the start's checks, and the fresh or resumed state."""
+    `sweep_dir`; beyond its reach, the ground energy of the spectrum by sector where that runs), the
+    start's checks, and the fresh or resumed state."""
     exact = exact_ground(experiment, sweep_dir)
     check_full_sum(experiment.problem, experiment.settings.seed)
     state, shardings, n_params, done = start(experiment, layout, run_dir, resuming)
     found = sector_check.exact_spectrum(experiment)  # before the first step; every process alike
+    if exact.energy is None and found is not None:
+        exact = exact._replace(energy=found[1][1])
     sector_check.check_start(experiment, state, found, exact.energy)
     return begun(experiment, state, shardings, done, Context(exact, found, n_params))
 

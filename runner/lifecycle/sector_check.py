@@ -12,7 +12,7 @@ from runner.diagnostics import sectors
 from runner.lifecycle import rundir
 from runner.parallel import distributed, mesh
 from runner.physics import spectrum, symmetry
-from runner.physics.exact import wants_exact
+from runner.physics.exact import wants_sectors
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +22,13 @@ FIELDS = ("exact_sector", "sector", "sector_exact_energy", "sector_relative_erro
 
 def exact_spectrum(experiment):
     """(`runner.physics.spectrum.Spectrum`, (ground sector or None, ground energy)) where the exact
-    solver runs on a lattice with a space group whose symmetry the Hamiltonian has, and the model
+    spectrum by sector runs (`exact.wants_sectors`) on a lattice with a space group whose symmetry the Hamiltonian has, and the model
     has a sector or the space holds at most SPECTRUM_MAX_STATES states; else None. With
     `model.sector: auto` it is the spectrum the build resolved the sector from, not a second one
     (`runner.physics.spectrum.spectrum` keeps it for the same Hamiltonian and space). Computed on
     process 0 and sent to the others (a collective where it applies)."""
     hilbert = experiment.hilbert
-    if not wants_exact(experiment.settings.exact, hilbert) or hilbert.space_group is None:
+    if not wants_sectors(experiment.settings.exact, hilbert) or hilbert.space_group is None:
         return None
     if experiment.sector is None and hilbert.n_states > SPECTRUM_MAX_STATES:
         return None

@@ -42,8 +42,10 @@ def _how(experiment, model: dict) -> str:
     """How `auto` chose the sector (`runner.config.build`), or nothing for a sector given as it is."""
     if model["sector"] != "auto":
         return ""
-    if exact.wants_exact(experiment.settings.exact, experiment.hilbert):
+    if exact.wants_sectors(experiment.settings.exact, experiment.hilbert):
         return " (auto: from the exact spectrum)"
+    if experiment.settings.exact == "auto":
+        return f" (auto: the trivial sector, the space being beyond the exact spectrum's {exact.SECTOR_AUTO_MAX_STATES} states)"
     return " (auto: the trivial sector, the exact solver being off)"
 
 

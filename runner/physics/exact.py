@@ -15,6 +15,9 @@ from runner.physics.hilbert import Hilbert, all_states, states_to_codes
 from runner.physics.pauli import PauliSum, conserves_sz, elements_np
 
 AUTO_MAX_STATES = 2**20
+# `exact: auto`'s limit for the spectrum by symmetry sector alone (`model.sector: auto`, the sector check): its
+# sectors hold about D / |G| states each, so 24 sites at Sz = 0 (2.7e6 states) take about a minute and 1.3 GB.
+SECTOR_AUTO_MAX_STATES = 2**22
 # `lowest_levels` diagonalises a space or sector of up to this many states densely (every level at
 # once, degenerate ones exactly repeated), a larger one by ARPACK: the one dense-or-sparse choice.
 DENSE_MAX_STATES = 600
@@ -199,7 +202,8 @@ def operator(hamiltonian: PauliSum, hilbert: Hilbert) -> LinearOperator:
 def lowest_levels(matrix, n_levels: int | None) -> list:
     """The `n_levels` lowest eigenvalues (all with None) of a Hermitian matrix, ascending, each
     degenerate level repeated: dense up to DENSE_MAX_STATES states (or where n_levels >= d - 1),
-    else implicitly restarted Lanczos (ARPACK) from a fixed random start.
+    else from a fixed random start: the lowest level alone by plain Lanczos (`lanczos`), several
+    levels by implicitly restarted Lanczos (ARPACK).
 
     Args:
         matrix: [d, d], a scipy sparse matrix (a symmetry sector's, `runner.physics.spectrum`) or
@@ -219,6 +223,8 @@ def lowest_levels(matrix, n_levels: int | None) -> list:
             dense = np.stack([matrix.matvec(e) for e in np.eye(d, dtype=matrix.dtype)], axis=1)
         return [float(x) for x in np.linalg.eigvalsh(dense)[:n_levels]]
     v0 = np.random.default_rng(0).standard_normal(d)  # ARPACK casts it to the matrix's dtype
+    if n_levels == 1:  # about 8 times faster than ARPACK on a sector of the triangular 4x5 torus, to 1e-13
+        return [lanczos_ground_energy(lambda v: matrix @ v, v0.astype(np.result_type(matrix.dtype, v0.dtype)))]
     return [float(x) for x in np.sort(eigsh(matrix, k=n_levels, which="SA", v0=v0, return_eigenvectors=False))]
 
 
@@ -288,6 +294,14 @@ def wants_exact(setting, hilbert: Hilbert) -> bool:
     """Resolves the `exact` knob: auto computes when the space has at most 2^20 states."""
     if setting == "auto":
         return hilbert.n_states <= AUTO_MAX_STATES
+    return bool(setting)
+
+
+def wants_sectors(setting, hilbert: Hilbert) -> bool:
+    """Resolves the `exact` knob for the spectrum by symmetry sector: auto computes it when the
+    space has at most SECTOR_AUTO_MAX_STATES states."""
+    if setting == "auto":
+        return hilbert.n_states <= SECTOR_AUTO_MAX_STATES
     return bool(setting)
 
 

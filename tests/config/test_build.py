@@ -93,6 +93,19 @@ def test_auto_is_the_exact_ground_sector_where_the_exact_solver_runs():
     assert experiment.settings.fingerprint["model.sector"] == "auto"
 
 
+def test_auto_finds_the_sector_by_the_spectrum_by_sector_beyond_the_lanczos_limit(monkeypatch):
+    """`exact: auto` runs the spectrum by sector up to SECTOR_AUTO_MAX_STATES states, past the whole
+    space's Lanczos limit (AUTO_MAX_STATES); beyond both, the trivial sector."""
+    from runner.physics import exact
+    from runner.physics.symmetry import Sector
+
+    monkeypatch.setattr(exact, "AUTO_MAX_STATES", 100)  # kagome 2 x 2 at Sz = 0: 924 states
+    config = compose_config([*KAGOME, "model.sector=auto", "exact=auto"])
+    assert build(config).sector == Sector((0, 0), "B1", 1, 0.0)
+    monkeypatch.setattr(exact, "SECTOR_AUTO_MAX_STATES", 100)
+    assert build(config).sector == Sector((0, 0), "A1", None, 0.0)
+
+
 def test_auto_is_the_trivial_sector_without_the_exact_solver():
     from runner.physics.symmetry import Sector
 

@@ -62,3 +62,19 @@ def test_the_last_line_gives_both_relative_errors(a1_run):
     # the report's last line (the health warnings follow it)
     report = messages[messages.index("status: completed"):]
     assert [m for m in report if not m.startswith("health warning")][-1] == line
+
+
+def test_beyond_the_lanczos_limit_the_exact_energy_is_the_spectrum_by_sectors(monkeypatch, tmp_path):
+    """Where `exact: auto` runs the spectrum by sector but not the whole space's Lanczos, the run's
+    exact energy and relative errors are the spectrum's (the ground sector's lowest level)."""
+    from runner import app
+    from runner.config.build import build
+    from runner.parallel import mesh
+    from runner.physics import exact
+
+    monkeypatch.setattr(exact, "AUTO_MAX_STATES", 100)  # kagome 2 x 2 at Sz = 0: 924 states
+    experiment = build(compose_config([*KAGOME, "model.sector=auto", *SMALL, "exact=auto"]))
+    summary = app.execute(experiment, mesh.make_mesh("single"), tmp_path / "run")
+    assert abs(summary["exact_energy"] - exact.ground_energy(experiment.hamiltonian, experiment.hilbert)) < 1e-10
+    assert summary["exact_sector"] == summary["sector"] == "k=(0,0) B1 P=+1"
+    assert summary["relative_error"] == pytest.approx(summary["sector_relative_error"], rel=1e-12)

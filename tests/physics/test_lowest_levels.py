@@ -44,6 +44,17 @@ def test_the_levels_are_numpys_on_both_sides_of_the_dense_threshold(monkeypatch,
     assert len(calls) == (offset > 0) and all(isinstance(x, float) for x in levels)
 
 
+@pytest.mark.parametrize("form", [lambda m: m, _as_operator], ids=["sparse", "operator"])
+@pytest.mark.parametrize("complex_", [False, True], ids=["real", "complex"])
+def test_the_lowest_level_alone_is_plain_lanczos_past_the_dense_threshold(monkeypatch, form, complex_):
+    """One level of more than DENSE_MAX_STATES states: `lanczos`, not ARPACK, numpy's lowest to 1e-10."""
+    matrix = _hermitian(exact.DENSE_MAX_STATES + 200, complex_, seed=2)
+    calls = _sparse_calls(monkeypatch)
+    levels = exact.lowest_levels(form(matrix), 1)
+    np.testing.assert_allclose(levels, np.linalg.eigvalsh(matrix.toarray())[:1], rtol=1e-10, atol=1e-10)
+    assert calls == [] and isinstance(levels[0], float)
+
+
 def test_all_levels_an_empty_matrix_and_nearly_all_levels_are_dense(monkeypatch):
     calls = _sparse_calls(monkeypatch)
     d = exact.DENSE_MAX_STATES + 5
