@@ -32,11 +32,12 @@ def _counted(monkeypatch, module, name) -> list:
 def test_the_build_and_the_run_diagonalise_each_sector_once(monkeypatch):
     """The build resolves `auto` from the spectrum by sector; the run's spectrum.json and sector
     fields (`exact_spectrum`) are that spectrum, not a second one: one sector matrix and one call
-    of the sparse eigensolver (ARPACK, every sector past the dense threshold here) per sector."""
+    of the sparse eigensolver (Lanczos for the one level, every sector past the dense threshold here)
+    per sector."""
     monkeypatch.setattr(spectrum, "_calls", [])  # nothing kept from an earlier test
     monkeypatch.setattr(exact, "DENSE_MAX_STATES", 2)
     matrices = _counted(monkeypatch, spectrum, "_sector_matrix")
-    solved = _counted(monkeypatch, exact, "eigsh")
+    solved = _counted(monkeypatch, exact, "lanczos_ground_energy")
     experiment = build(_config(KAGOME_AUTO))
     result, (ground, energy) = sector_check.exact_spectrum(experiment)
     sparse = [s for s, d in result.dims.items() if d > 3]  # n_levels >= d - 1 stays dense
