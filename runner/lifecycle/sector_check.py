@@ -22,8 +22,9 @@ FIELDS = ("exact_sector", "sector", "sector_exact_energy", "sector_relative_erro
 
 def exact_spectrum(experiment):
     """(`runner.physics.spectrum.Spectrum`, (ground sector or None, ground energy)) where the exact
-    spectrum by sector runs (`exact.wants_sectors`) on a lattice with a space group whose symmetry the Hamiltonian has, and the model
-    has a sector or the space holds at most SPECTRUM_MAX_STATES states; else None. With
+    spectrum by sector runs (`exact.wants_sectors`) on a lattice with a space group whose symmetry
+    the Hamiltonian has, and the model has a sector or the space holds at most SPECTRUM_MAX_STATES
+    states; else None. With
     `model.sector: auto` it is the spectrum the build resolved the sector from, not a second one
     (`runner.physics.spectrum.spectrum` keeps it for the same Hamiltonian and space). Computed on
     process 0 and sent to the others (a collective where it applies)."""

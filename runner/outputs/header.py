@@ -45,7 +45,8 @@ def _how(experiment, model: dict) -> str:
     if exact.wants_sectors(experiment.settings.exact, experiment.hilbert):
         return " (auto: from the exact spectrum)"
     if experiment.settings.exact == "auto":
-        return f" (auto: the trivial sector, the space being beyond the exact spectrum's {exact.SECTOR_AUTO_MAX_STATES} states)"
+        return (f" (auto: the trivial sector, the space being beyond the exact spectrum's "
+                f"{exact.SECTOR_AUTO_MAX_STATES} states)")
     return " (auto: the trivial sector, the exact solver being off)"
 
 

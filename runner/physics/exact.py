@@ -19,7 +19,8 @@ AUTO_MAX_STATES = 2**20
 # sectors hold about D / |G| states each: the kagome 2x4 torus (24 sites, 2.7e6 states at Sz = 0) in under 30 s, 1.3 GB.
 SECTOR_AUTO_MAX_STATES = 2**22
 # `lowest_levels` diagonalises a space or sector of up to this many states densely (every level at
-# once, degenerate ones exactly repeated), a larger one by ARPACK: the one dense-or-sparse choice.
+# once, degenerate ones exactly repeated), a larger one by Lanczos (ARPACK for several levels): the one
+# dense-or-sparse choice.
 DENSE_MAX_STATES = 600
 VECTOR_TOL = 1e-10  # `ground_state`'s eigenvector: |H y - E y| below this times |E|
 # Peak memory per basis state: the diagonal, the Lanczos vectors and temporaries of H v
