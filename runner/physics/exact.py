@@ -16,7 +16,7 @@ from runner.physics.pauli import PauliSum, conserves_sz, elements_np
 
 AUTO_MAX_STATES = 2**20
 # `exact: auto`'s limit for the spectrum by symmetry sector alone (`model.sector: auto`, the sector check): its
-# sectors hold about D / |G| states each: the kagome 2x4 torus (24 sites, 2.7e6 states at Sz = 0) in under 30 s, 1.3 GB.
+# sectors hold about D / |G| states each, so it reaches 24 sites at Sz = 0 (docs/physics.md).
 SECTOR_AUTO_MAX_STATES = 2**22
 # `lowest_levels` diagonalises a space or sector of up to this many states densely (every level at
 # once, degenerate ones exactly repeated), a larger one by Lanczos (ARPACK for several levels): the one
@@ -224,7 +224,7 @@ def lowest_levels(matrix, n_levels: int | None) -> list:
             dense = np.stack([matrix.matvec(e) for e in np.eye(d, dtype=matrix.dtype)], axis=1)
         return [float(x) for x in np.linalg.eigvalsh(dense)[:n_levels]]
     v0 = np.random.default_rng(0).standard_normal(d)  # ARPACK casts it to the matrix's dtype
-    if n_levels == 1:  # about 8 times faster than ARPACK on a sector of the triangular 4x5 torus, to 1e-13
+    if n_levels == 1:  # one level: no restarts to pay for (docs/notes/research-sizes.md)
         return [lanczos_ground_energy(lambda v: matrix @ v, v0.astype(np.result_type(matrix.dtype, v0.dtype)))]
     return [float(x) for x in np.sort(eigsh(matrix, k=n_levels, which="SA", v0=v0, return_eigenvectors=False))]
 
@@ -291,19 +291,20 @@ def ritz_vector(matvec, v0, alphas, betas) -> np.ndarray:
     return psi / np.linalg.norm(psi)
 
 
+def _wants(setting, hilbert: Hilbert, limit: int) -> bool:
+    """The `exact` knob resolved: auto computes when the space has at most `limit` states."""
+    return hilbert.n_states <= limit if setting == "auto" else bool(setting)
+
+
 def wants_exact(setting, hilbert: Hilbert) -> bool:
     """Resolves the `exact` knob: auto computes when the space has at most 2^20 states."""
-    if setting == "auto":
-        return hilbert.n_states <= AUTO_MAX_STATES
-    return bool(setting)
+    return _wants(setting, hilbert, AUTO_MAX_STATES)
 
 
 def wants_sectors(setting, hilbert: Hilbert) -> bool:
     """Resolves the `exact` knob for the spectrum by symmetry sector: auto computes it when the
     space has at most SECTOR_AUTO_MAX_STATES states."""
-    if setting == "auto":
-        return hilbert.n_states <= SECTOR_AUTO_MAX_STATES
-    return bool(setting)
+    return _wants(setting, hilbert, SECTOR_AUTO_MAX_STATES)
 
 
 def available_bytes() -> int | None:
