@@ -12,6 +12,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from models import symmetrize
+from models.jastrow import by_displacement, displacement_table
 from models.common import activation, attached, check_param_dtype, normal
 from runner.errors import ConfigError
 
@@ -175,6 +176,10 @@ class CNN(nn.Module):
     """Kernel extent in cells along each lattice direction."""
     depth: int = 2
     """Number of convolution layers (the first, plus depth - 1 residual ones)."""
+    jastrow: bool = False
+    """Multiply psi by a translation-invariant two-body Jastrow factor, exp(1/2 sum_{i != j} s_i
+    J_ij s_j) with a coupling per basis site and displacement (`models.jastrow.by_displacement`;
+    parameter `jastrow` [N, n_basis])."""
     sector: Any = None
     """The symmetry sector projected onto: None (no projection), a `runner.physics.symmetry.Sector`
     or {momentum, irrep, parity}; held as a `models.symmetrize.Projection`. With pbc log psi is
@@ -187,6 +192,8 @@ class CNN(nn.Module):
     holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
 
     def __post_init__(self):
+        if not isinstance(self.jastrow, bool):
+            raise ConfigError("jastrow", f"must be true or false (got {self.jastrow!r})")
         for key in ("channels", "kernel_size", "depth"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -204,15 +211,16 @@ class CNN(nn.Module):
     def plus_x(self, params):
         """The parameters of the uniform state from those of an initialisation: each channel of the
         first convolution sees one site of its cell alone (the window's centre, basis site c mod
-        n_basis: `models.common.attached`), every bias and the residual layers zero, the readout
-        kept. Then f(x) = log cosh(w s) is the same on every configuration, and the log-derivatives
-        in the first kernel, readout_c tanh(w) sum over cells of s_cell s_(cell + offset), hold
-        every translation-invariant two-body term within a window."""
+        n_basis: `models.common.attached`), every bias, the residual layers and the Jastrow factor
+        zero, the readout kept. Then f(x) = log cosh(w s) is the same on every configuration, and
+        the log-derivatives in the first kernel, readout_c tanh(w) sum over cells of s_cell
+        s_(cell + offset), hold every translation-invariant two-body term within a window (the
+        Jastrow's, at every displacement)."""
         n_dims = len(self.hilbert.shape)
         centre = np.all(kernel_offsets(self.kernel_size, n_dims) == 0, axis=-1)
         k = params["kernel0"].reshape(len(centre), -1, self.channels)
         k = jnp.where(centre[:, None, None], attached(k[0])[None], 0).astype(k.dtype)
-        zeroed = {f"{kind}{layer}" for kind in ("kernel", "bias") for layer in range(1, self.depth)} | {"bias0"}
+        zeroed = {f"{kind}{layer}" for kind in ("kernel", "bias") for layer in range(1, self.depth)} | {"bias0", "jastrow"}
         out = {name: jnp.zeros_like(v) if name in zeroed else v for name, v in params.items()}
         return {**out, "kernel0": k.reshape(params["kernel0"].shape)}
 
@@ -246,7 +254,12 @@ class CNN(nn.Module):
         # samples spread over the space instead of sitting on the few largest configurations.
         readout = self.param("readout", normal(0.1 / math.sqrt(self.channels)), (self.channels,), self.param_dtype)
         per_cell = f(x) @ readout
-        return jnp.sum(per_cell.reshape(*per_cell.shape[:per_cell.ndim - n], -1), axis=-1)
+        log_psi = jnp.sum(per_cell.reshape(*per_cell.shape[:per_cell.ndim - n], -1), axis=-1)
+        if not self.jastrow:
+            return log_psi
+        coupling = self.param("jastrow", normal(0.01), (lattice.n_sites, lattice.n_basis), self.param_dtype)
+        table = displacement_table(lattice.shape, lattice.n_basis)
+        return log_psi + by_displacement(sigma_xN.astype(self.param_dtype), coupling, table)
 
     def __call__(self, sigma_xN):
         return symmetrize.project(self.unprojected, sigma_xN, self.sector)

@@ -4,7 +4,8 @@ family, mapped onto this config's model.
 
 Rules (docs/models.md, "Transfer"):
 - CNN: every parameter carries over as it is (kernels over kernel offsets and channels, biases,
-  readout: none depends on the torus).
+  readout: none depends on the torus), but the Jastrow factor's kernel over sites [N, n_basis], by
+  displacement (below).
 - RBMSymm: the filter over sites [N, alpha] by displacement (below); the biases unchanged.
 - GCNN: the embedding over sites [N, C] by displacement; each group kernel [G, C, C'] by group
   element: the entry of {R | t} on the small torus goes to {R | t'} on the larger one, the same
@@ -207,6 +208,9 @@ def params(params_src, model_src, hilbert_src, model, hilbert):
         patches = patch_map(grid(hilbert_src), grid(hilbert), model.patch_size, hilbert.space_group.vectors)
         for name in [k for k in tree if k.startswith("position_bias")]:
             tree[name] = _along(patches, tree[name], 1)
-    elif kind != "CNN":
+    elif kind == "CNN":
+        if "jastrow" in tree:
+            tree["jastrow"] = _along(site_map(hilbert_src, hilbert), tree["jastrow"], 0)
+    else:
         raise ConfigError("model", f"is {kind}, whose weights do not carry over to another lattice size")
     return tree

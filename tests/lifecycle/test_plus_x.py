@@ -18,18 +18,21 @@ from tests.helpers.config import CONF, compose_config
 from tests.helpers.dense import basis_index, dense_ising
 
 L, H_QUENCH = 6, 0.5
-MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
-ACCEPTED = ("cnn", "gcnn", "jastrow", "mlp", "rbm", "rbm_symm")  # the rest have no plus_x (docs/dynamics.md)
+# the config groups' models, and variants by their overrides
+VARIANTS = {"cnn+jastrow": ["model=cnn", "model.jastrow=true"]}
+MODELS = sorted([*(p.stem for p in (CONF / "model").glob("*.yaml")), *VARIANTS])
+ACCEPTED = ("cnn", "cnn+jastrow", "gcnn", "jastrow", "mlp", "rbm", "rbm_symm")  # the rest have no plus_x (docs/dynamics.md)
 LATTICES = {"chain": [f"hilbert.L={L}"], "square": ["hilbert=square", "hilbert.L=3"],
             "triangular": ["hilbert=triangular", "hilbert.L=3"]}
-SLOW = {"cnn", "gcnn"}
+SLOW = {"cnn", "cnn+jastrow", "gcnn"}
 SMALLER = {"gcnn": ["model.features=[2,2]"]}  # on the tori: the default's TDVP over 108 elements takes minutes
 MAX_RESIDUAL = 1e-6  # |O c - r| / |r| at the least-squares c
 
 
 def _experiment(model, lattice="chain"):
     smaller = SMALLER.get(model, []) if lattice != "chain" else []
-    return build(compose_config(["task=dynamics", *LATTICES[lattice], f"hamiltonian.h={H_QUENCH}", f"model={model}",
+    chosen = VARIANTS.get(model, [f"model={model}"])
+    return build(compose_config(["task=dynamics", *LATTICES[lattice], f"hamiltonian.h={H_QUENCH}", *chosen,
                                  "dtype=complex128", "sampler=full_sum", *smaller]))
 
 

@@ -41,6 +41,7 @@ def log_psi(model, params, sigma_xN):
 
 
 CNN = functools.partial(models.CNN, channels=3, depth=2)
+CNN_J = functools.partial(models.CNN, channels=3, depth=2, jastrow=True)
 RBM_T = functools.partial(models.RBMSymm, alpha=2)
 RBM_L = functools.partial(models.RBMSymm, alpha=2, group="lattice")
 GCNN = functools.partial(models.GCNN, features=(3, 3))
@@ -50,12 +51,13 @@ TRIANGULAR = (spaces.triangular(3), spaces.triangular(6))
 
 
 @pytest.mark.parametrize("make,lattices", [
-    (CNN, CHAIN), (CNN, SQUARE), (RBM_T, CHAIN), (RBM_L, CHAIN), (RBM_T, SQUARE), (GCNN, CHAIN), (GCNN, SQUARE),
+    (CNN, CHAIN), (CNN, SQUARE), (CNN_J, CHAIN), (CNN_J, SQUARE), (RBM_T, CHAIN), (RBM_L, CHAIN), (RBM_T, SQUARE), (GCNN, CHAIN), (GCNN, SQUARE),
     (GCNN, TRIANGULAR),
-], ids=["cnn-chain", "cnn-square", "rbm_symm-chain", "rbm_symm_lattice-chain", "rbm_symm-square", "gcnn-chain",
-        "gcnn-square", "gcnn-triangular"])
+], ids=["cnn-chain", "cnn-square", "cnn_jastrow-chain", "cnn_jastrow-square", "rbm_symm-chain",
+        "rbm_symm_lattice-chain", "rbm_symm-square", "gcnn-chain", "gcnn-square", "gcnn-triangular"])
 def test_a_tiled_configuration_keeps_the_small_torus_features(make, lattices):
-    """Sum pooling (CNN, RBMSymm): log psi_large(tiled s) = (N_large / N_small) log psi_small(s).
+    """Sum pooling (CNN, its Jastrow factor, RBMSymm): log psi_large(tiled s) = (N_large / N_small)
+    log psi_small(s).
     GCNN: every element's feature is the small torus' at the element it reduces to, and psi is
     a sum over the group, so log psi grows by log(T_large / T_small). Exact: every weight of a
     small-torus site or element lands on one set of images (ties split) and a tiled input sums

@@ -307,6 +307,8 @@ LATTICE_MODELS = {
     "cnn_chain": (lambda: hb.chain(6), lambda h, d: CNN(channels=3, depth=2, param_dtype=d, hilbert=h)),
     "cnn_square": (lambda: hb.square(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
     "cnn_triangular": (lambda: hb.triangular(3), lambda h, d: CNN(channels=2, depth=2, param_dtype=d, hilbert=h)),
+    "cnn_kagome_jastrow": (lambda: hb.kagome(Lx=2, Ly=1), lambda h, d: CNN(
+        channels=2, depth=2, jastrow=True, param_dtype=d, hilbert=h)),
     "cnn_square_projected_parity": (lambda: hb.square(3), lambda h, d: CNN(
         channels=2, depth=1, sector={"momentum": [0, 0], "irrep": "A1", "parity": -1}, param_dtype=d, hilbert=h)),
     "cnn_square_B1": (lambda: hb.square(3), lambda h, d: CNN(
@@ -324,7 +326,7 @@ LATTICE_MODELS = {
 # Models whose log psi is invariant under every lattice translation (a ViT only under whole
 # patches unless projected; the momentum model picks up a phase, checked separately; B1 vanishes
 # on many configurations, the transformations of the sectors are in test_symmetrize).
-INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular",
+INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular", "cnn_kagome_jastrow",
              "cnn_square_projected_parity", "vit_square", "vit_chain_projected", "gcnn_triangular"]
 
 
@@ -412,7 +414,7 @@ def _dense_heisenberg(lattice, J2):
 @pytest.mark.slow
 def test_local_energies_match_dense_h_psi(name, dtype):
     lattice, model, states, params = _lattice_model(name, dtype)
-    J2 = 0.3 if lattice.n_sites == 6 else 0.0
+    J2 = 0.3 if lattice.shape == (6,) else 0.0
     ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, phase_prior="none")
     logpsi = lambda p, s: model.apply({"params": p}, s)  # noqa: E731
     eloc = jax.jit(jax.vmap(lambda s: local_energy.local_energy(ham, logpsi, params, s)))(states)
@@ -424,8 +426,31 @@ def test_local_energies_match_dense_h_psi(name, dtype):
     np.testing.assert_allclose(np.asarray(eloc)[alive], expected[alive], rtol=1e-9, atol=1e-9)
 
 
+def test_the_cnn_jastrow_factor_is_a_coupling_per_basis_site_and_displacement():
+    """log psi with the factor minus log psi without it is 1/2 sum_{i != j} s_i J_ij s_j, J_ij the
+    kernel's entry at (j moved by the translation taking i's cell to cell 0, basis site of i): on
+    the kagome 2 x 2 torus, every pair written out by hand."""
+    lattice = hb.kagome(Lx=2, Ly=2)
+    model = CNN(channels=2, depth=2, jastrow=True, param_dtype=jnp.complex128, hilbert=lattice)
+    sigma = jnp.asarray(np.random.default_rng(0).choice([-1, 1], (5, lattice.n_sites)), jnp.int8)
+    params = model.init(jax.random.PRNGKey(3), sigma[:1])["params"]
+    without = {**params, "jastrow": jnp.zeros_like(params["jastrow"])}
+    got = model.apply({"params": params}, sigma) - model.apply({"params": without}, sigma)
+    shape, n_basis = (2, 2), 3
+    kernel = np.asarray(params["jastrow"])
+    expected = np.zeros(len(sigma), complex)
+    for i in range(lattice.n_sites):
+        ci, bi = np.unravel_index(i // n_basis, shape), i % n_basis
+        for j in range(lattice.n_sites):
+            if i != j:
+                cj, bj = np.unravel_index(j // n_basis, shape), j % n_basis
+                moved = np.ravel_multi_index(tuple((np.array(cj) - np.array(ci)) % shape), shape) * n_basis + bj
+                expected += 0.5 * kernel[moved, bi] * np.asarray(sigma[:, i] * sigma[:, j])
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
-@pytest.mark.parametrize("name", ["rbm_symm_chain", "cnn_chain", "cnn_triangular", "vit_chain_projected_momentum",
+@pytest.mark.parametrize("name", ["rbm_symm_chain", "cnn_chain", "cnn_triangular", "cnn_kagome_jastrow", "vit_chain_projected_momentum",
                                   "vit_square", "vit_chain_projected",
                                   *(pytest.param(n, marks=pytest.mark.slow)  # 40 to 60 s each on 2 busy cores
                                     for n in ("gcnn_triangular", "gcnn_chain_momentum_parity"))])
@@ -434,7 +459,7 @@ def test_force_matches_exact_gradient(name, dtype):
     """The core's log-derivatives give the force 2 <O* (E_loc - E)> of the exact distribution,
     equal to the derivative of the exact energy <psi|H|psi> / <psi|psi> (Kronecker H)."""
     lattice, model, states, params = _lattice_model(name, dtype, seed=1)
-    J2 = 0.3 if lattice.n_sites == 6 else 0.0
+    J2 = 0.3 if lattice.shape == (6,) else 0.0
     ham = hamiltonians.heisenberg(lattice, J=1.0, J2=J2, phase_prior="none")
     problem = problem_of(model, ham)
     mode = gradient_mode(params, model)
