@@ -12,8 +12,8 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from models import symmetrize
-from models.jastrow import by_displacement, displacement_table
 from models.common import activation, attached, check_param_dtype, normal
+from models.jastrow import by_displacement, displacement_table
 from runner.errors import ConfigError
 
 
@@ -220,7 +220,8 @@ class CNN(nn.Module):
         centre = np.all(kernel_offsets(self.kernel_size, n_dims) == 0, axis=-1)
         k = params["kernel0"].reshape(len(centre), -1, self.channels)
         k = jnp.where(centre[:, None, None], attached(k[0])[None], 0).astype(k.dtype)
-        zeroed = {f"{kind}{layer}" for kind in ("kernel", "bias") for layer in range(1, self.depth)} | {"bias0", "jastrow"}
+        zeroed = {f"{kind}{layer}" for kind in ("kernel", "bias") for layer in range(1, self.depth)}
+        zeroed |= {"bias0", "jastrow"}
         out = {name: jnp.zeros_like(v) if name in zeroed else v for name, v in params.items()}
         return {**out, "kernel0": k.reshape(params["kernel0"].shape)}
 

@@ -1,8 +1,7 @@
 """Two-body Jastrow wavefunction."""
 
-from typing import Any
-
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -21,7 +21,8 @@ L, H_QUENCH = 6, 0.5
 # the config groups' models, and variants by their overrides
 VARIANTS = {"cnn+jastrow": ["model=cnn", "model.jastrow=true"]}
 MODELS = sorted([*(p.stem for p in (CONF / "model").glob("*.yaml")), *VARIANTS])
-ACCEPTED = ("cnn", "cnn+jastrow", "gcnn", "jastrow", "mlp", "rbm", "rbm_symm")  # the rest have no plus_x (docs/dynamics.md)
+# the rest have no plus_x (docs/dynamics.md)
+ACCEPTED = ("cnn", "cnn+jastrow", "gcnn", "jastrow", "mlp", "rbm", "rbm_symm")
 LATTICES = {"chain": [f"hilbert.L={L}"], "square": ["hilbert=square", "hilbert.L=3"],
             "triangular": ["hilbert=triangular", "hilbert.L=3"]}
 SLOW = {"cnn", "cnn+jastrow", "gcnn"}

@@ -51,8 +51,8 @@ TRIANGULAR = (spaces.triangular(3), spaces.triangular(6))
 
 
 @pytest.mark.parametrize("make,lattices", [
-    (CNN, CHAIN), (CNN, SQUARE), (CNN_J, CHAIN), (CNN_J, SQUARE), (RBM_T, CHAIN), (RBM_L, CHAIN), (RBM_T, SQUARE), (GCNN, CHAIN), (GCNN, SQUARE),
-    (GCNN, TRIANGULAR),
+    (CNN, CHAIN), (CNN, SQUARE), (CNN_J, CHAIN), (CNN_J, SQUARE), (RBM_T, CHAIN), (RBM_L, CHAIN), (RBM_T, SQUARE),
+    (GCNN, CHAIN), (GCNN, SQUARE), (GCNN, TRIANGULAR),
 ], ids=["cnn-chain", "cnn-square", "cnn_jastrow-chain", "cnn_jastrow-square", "rbm_symm-chain",
         "rbm_symm_lattice-chain", "rbm_symm-square", "gcnn-chain", "gcnn-square", "gcnn-triangular"])
 def test_a_tiled_configuration_keeps_the_small_torus_features(make, lattices):

@@ -326,8 +326,9 @@ LATTICE_MODELS = {
 # Models whose log psi is invariant under every lattice translation (a ViT only under whole
 # patches unless projected; the momentum model picks up a phase, checked separately; B1 vanishes
 # on many configurations, the transformations of the sectors are in test_symmetrize).
-INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular", "cnn_kagome_jastrow",
-             "cnn_square_projected_parity", "vit_square", "vit_chain_projected", "gcnn_triangular"]
+INVARIANT = ["rbm_symm_chain", "rbm_symm_square_parity", "cnn_chain", "cnn_square", "cnn_triangular",
+             "cnn_kagome_jastrow", "cnn_square_projected_parity", "vit_square", "vit_chain_projected",
+             "gcnn_triangular"]
 
 
 def _lattice_model(name, dtype, seed=0):
@@ -450,8 +451,8 @@ def test_the_cnn_jastrow_factor_is_a_coupling_per_basis_site_and_displacement():
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
-@pytest.mark.parametrize("name", ["rbm_symm_chain", "cnn_chain", "cnn_triangular", "cnn_kagome_jastrow", "vit_chain_projected_momentum",
-                                  "vit_square", "vit_chain_projected",
+@pytest.mark.parametrize("name", ["rbm_symm_chain", "cnn_chain", "cnn_triangular", "cnn_kagome_jastrow",
+                                  "vit_chain_projected_momentum", "vit_square", "vit_chain_projected",
                                   *(pytest.param(n, marks=pytest.mark.slow)  # 40 to 60 s each on 2 busy cores
                                     for n in ("gcnn_triangular", "gcnn_chain_momentum_parity"))])
 @pytest.mark.slow
