@@ -14,7 +14,7 @@ from jax.custom_derivatives import SymbolicZero
 from models import symmetrize
 from models.common import activation, attached, check_param_dtype, normal
 from models.jastrow import by_displacement, displacement_table
-from runner.errors import ConfigError
+from runner.errors import ConfigError, require_bool
 
 
 def kernel_offsets(kernel_size: int, n_dims: int) -> np.ndarray:
@@ -192,8 +192,7 @@ class CNN(nn.Module):
     holomorphic = True  # log psi is holomorphic in complex parameters (not a field)
 
     def __post_init__(self):
-        if not isinstance(self.jastrow, bool):
-            raise ConfigError("jastrow", f"must be true or false (got {self.jastrow!r})")
+        require_bool("jastrow", self.jastrow)
         for key in ("channels", "kernel_size", "depth"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from models import symmetrize
 from models.common import attached, check_param_dtype, normal, real_times, sum_log_cosh, sum_log_cosh_real_part
 from models.fast_paths import JacobianProducts, LocalRatios, SamplerCache
-from runner.errors import ConfigError
+from runner.errors import ConfigError, require_bool
 
 
 class RBM(nn.Module):
@@ -35,8 +35,7 @@ class RBM(nn.Module):
     def __post_init__(self):
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha > 0:
             raise ConfigError("alpha", f"must be a positive number (got {self.alpha!r})")
-        if not isinstance(self.use_visible_bias, bool):
-            raise ConfigError("use_visible_bias", f"must be true or false (got {self.use_visible_bias!r})")
+        require_bool("use_visible_bias", self.use_visible_bias)
         check_param_dtype(self.param_dtype)
         object.__setattr__(self, "sector", symmetrize.projection_of(self.sector, self.hilbert))
         object.__setattr__(self, "hilbert", None)
