@@ -28,7 +28,7 @@ GROUPS = ("hilbert", "hamiltonian", "model", "sampler", "optimizer", "preconditi
 # the trackers or the search); anything else is a typo such as `+n_iters=5`, refused.
 TOP_LEVEL = ("task", "observables", "logger", "seed", "n_iter", "checkpoint_every", "resume", "exact", "chunk_size",
              "memory_budget", "final_rounds", "init_from", "init_chains", "optimized_metric", "clip_local_energy",
-             "reject_jump", "peak_search")
+             "reject_jump", "recover", "peak_search")
 DTYPES = {
     "float64": (jnp.float64, True),
     "float32": (jnp.float32, False),
@@ -60,6 +60,7 @@ class Settings:
     init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
     task: Any = None  # runner.config.task.GroundState, Dynamics (a time evolution) or Excited (the lowest states)
     memory_budget: float | None = None  # GiB a step's batch may take (automatic chunks when chunk_size is null); None: no limit
+    recover: int = 0  # recoveries from a collapse a ground-state run may take (`runner.lifecycle.loop`); 0: none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +168,22 @@ def read_settings(config: dict) -> Settings:
         raise ConfigError("task.initial_state", "is init_from, which needs init_from=RUN_DIR (a run whose state to evolve)")
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
                     fingerprint.of(fingerprint.fingerprinted(config, None)), None, the_task,
-                    None if budget is None else float(budget))
+                    None if budget is None else float(budget), _recover(config, the_task))
+
+
+def _recover(config: dict, the_task) -> int:
+    """The `recover` key as a count (null: 0). It lowers reject_jump's step scale, so it needs that
+    key, and it is a ground-state training's."""
+    recover = config.get("recover")
+    if recover is None:
+        return 0
+    require_int("recover", recover, minimum=1)
+    if config.get("reject_jump") is None:
+        raise ConfigError("recover", "needs reject_jump (a recovery lowers the ceiling of the step scale "
+                                     "reject_jump keeps); set reject_jump=4, say, or recover=null")
+    if not isinstance(the_task, task.GroundState):
+        raise ConfigError("recover", "applies to task=ground_state only; set recover=null")
+    return recover
 
 
 def _check_chunk(chunk_size, sampler):

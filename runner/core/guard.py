@@ -17,7 +17,8 @@ class Guard(NamedTuple):
     solver: Any
     energy: jax.Array  # real scalar; +inf before the first step (nothing to compare with)
     error: jax.Array
-    scale: jax.Array  # 1, halved by each rejection, doubled (up to 1) by each accepted step
+    scale: jax.Array  # `ceiling`, halved by each rejection, doubled (up to `ceiling`) by each accepted step
+    ceiling: jax.Array  # 1, halved by each recovery (`runner.lifecycle.loop`, settings `recover`)
 
 
 def _guarded(k, state: VMCState, new_state: VMCState, stats):
@@ -28,7 +29,8 @@ def _guarded(k, state: VMCState, new_state: VMCState, stats):
     -71.54 +- 0.08 to -545 +- 515, then -7290 +- 9116, and its chains froze), or it is not
     finite, state.params is rejected: the next state goes back
     to the parameters, optimizer and preconditioner states that step started from, and the
-    next update is scaled by half (each accepted step doubles the factor again, up to 1). A
+    next update is scaled by half (each accepted step doubles the factor again, up to the guard's
+    ceiling: 1, less after a recovery from a collapse, `runner.lifecycle.loop`). A
     jump of the energy is what a step that moved the state's weight onto configurations no
     sample had visited looks like: the sampled metric (and a trust region in it) cannot see
     such a step before it is taken.
@@ -42,16 +44,17 @@ def _guarded(k, state: VMCState, new_state: VMCState, stats):
     replicated statistics, so it is the same on every layout."""
     guard = state.guard
     energy, error = jnp.real(stats.mean).astype(guard.energy.dtype), stats.error_of_mean.astype(guard.error.dtype)
-    remeasured = guard.scale < 1  # the last step was rejected: state.params is the kept state
+    remeasured = guard.scale < guard.ceiling  # the last step was rejected: state.params is the kept state
     # an estimate that is not finite (energy, error bar or variance: what stops a run) is a jump too
     usable = jnp.isfinite(energy) & jnp.isfinite(error) & jnp.isfinite(stats.variance)
     rose = energy - guard.energy > k * jnp.sqrt(error**2 + guard.error**2)
     spread = jnp.isfinite(guard.energy) & (guard.error > 0) & (error > k * guard.error)
     jump = ~remeasured & (~usable | rose | spread)
-    accepted = Guard(state.params, state.opt_state, state.solver, energy, error, jnp.minimum(1.0, 2.0 * guard.scale))
+    accepted = Guard(state.params, state.opt_state, state.solver, energy, error,
+                     jnp.minimum(guard.ceiling, 2.0 * guard.scale), guard.ceiling)
     rejected = guard._replace(scale=guard.scale / 2)
     pick = lambda a, b: jax.tree_util.tree_map(lambda x, y: jnp.where(jump, x, y), a, b)  # noqa: E731
     next_state = new_state._replace(params=pick(guard.params, new_state.params),
                                     opt_state=pick(guard.opt_state, new_state.opt_state),
                                     solver=pick(guard.solver, new_state.solver), guard=pick(rejected, accepted))
-    return next_state, {"rejected": jump.astype(jnp.int32), "step_scale": guard.scale}
+    return next_state, {"rejected": jump.astype(jnp.int32), "step_scale": guard.scale, "step_ceiling": guard.ceiling}

@@ -51,7 +51,8 @@ def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
     guard = ()
     if problem.reject_jump is not None:
         real = jnp.finfo(flat.dtype).dtype
-        guard = Guard(params, opt_state, solver, jnp.asarray(jnp.inf, real), jnp.zeros((), real), jnp.ones((), real))
+        one = jnp.ones((), real)
+        guard = Guard(params, opt_state, solver, jnp.asarray(jnp.inf, real), jnp.zeros((), real), one, one)
     return VMCState(params, opt_state, init_chains(problem.sampler, seed), jnp.zeros((), jnp.int32), solver, guard)
 
 

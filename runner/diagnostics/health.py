@@ -265,6 +265,17 @@ def check_rejections(records: list[dict]):
     return ("rejected_steps", message)
 
 
+def check_recoveries(records: list[dict]):
+    """A run that went back to its last good checkpoint after a collapse (settings `recover`): its
+    steps from there on were scaled down (`step_ceiling` below 1 in the records after it)."""
+    lowered = [r for r in records if (r.get("step_ceiling") or 1.0) < 1.0]
+    if not lowered:
+        return None
+    ceiling = min(r["step_ceiling"] for r in lowered)
+    return ("recovered", f"the run went back to a checkpoint after a collapse (recover) and took its steps from step "
+                         f"{lowered[0]['step']} on at most {ceiling:g} of their size; the log says what collapsed")
+
+
 def check_peaks(peak_check: dict | None):
     """A configuration found by the final peak search (`runner.diagnostics.peaks.check`) that proves the
     samples were not drawn from |psi|^2."""
@@ -328,7 +339,7 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
             `r_hat`, `exact_energy`, `relative_error`, `sector_relative_error`, `n_sites`,
             `n_samples`, `n_chains`, `peak_check`; any may be None or missing).
         records: metrics.jsonl's records, one per step (`variance`, `acceptance`, `r_hat`, optional
-            `cg_iters`, `ess_fraction` and `rejected`).
+            `cg_iters`, `ess_fraction`, `rejected` and `step_ceiling`).
         metropolis: the sampler is a Metropolis sampler (the acceptance and frozen checks apply).
         cg_maxiter: the CG iteration limit, when the preconditioner solves with CG.
         final_rounds: the final estimate's rounds of `n_samples` (`check_frozen`).
@@ -350,6 +361,7 @@ def check(summary: dict, records: list[dict], *, metropolis: bool = True,
         check_cg([r.get("cg_iters") for r in records], cg_maxiter),
         check_ess([r.get("ess_fraction") for r in records]),
         check_rejections(records),
+        check_recoveries(records),
         check_peaks(summary.get("peak_check")),
         sectors.check(summary),
     ]

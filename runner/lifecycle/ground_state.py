@@ -220,7 +220,23 @@ def holds(experiment, records: list) -> bool:
                              metropolis=health.metropolis(experiment.problem.sampler))
 
 
-TASK = loop.Task("ground_state", init, compile, record, finish, holds)
+def recover(experiment, begun: loop.Begun, kept, failing):
+    """`loop.Task.recover` (settings `recover`, with reject_jump): the last good checkpoint's state `kept`
+    with the guard's ceiling on the step scale half that of the `failing` state (so each recovery halves
+    every later step again), or None once the ceiling would fall below 2^-recover. The guard's
+    scalars are read and placed on the host: the same numbers on every layout."""
+    if not experiment.settings.recover or kept.guard == ():
+        return None
+    failing_ceiling, scale, kept_ceiling = mesh.to_host((failing.guard.ceiling, kept.guard.scale, kept.guard.ceiling))
+    ceiling = failing_ceiling / 2  # NumPy scalars of the guard's dtype
+    if ceiling < 2.0 ** -experiment.settings.recover:
+        return None
+    placed = begun.shardings.guard
+    scale, ceiling = mesh.from_host((scale * (ceiling / kept_ceiling), ceiling), (placed.scale, placed.ceiling))
+    return kept._replace(guard=kept.guard._replace(scale=scale, ceiling=ceiling))
+
+
+TASK = loop.Task("ground_state", init, compile, record, finish, holds, recover)
 
 
 def _unusable(record) -> list:

@@ -28,6 +28,9 @@ class Task(NamedTuple):
     finish: (experiment, layout, run_dir, ended) -> `Finished`: the summary and the task's files.
     holds: (experiment, records) -> whether a checkpoint due after the newest record waits for a
         later unit (the record shows the start of what `record` fails a run on after some units).
+    recover: (experiment, begun, kept, failing) -> the state to go on from instead of failing: `kept`,
+        the state of the last good checkpoint, changed so the run does not fail the same way again
+        (`failing`: the state of the last unit before the failure), or None (the run fails).
     """
 
     name: str
@@ -36,6 +39,7 @@ class Task(NamedTuple):
     record: Callable
     finish: Callable
     holds: Callable = lambda experiment, records: False
+    recover: Callable = lambda experiment, begun, kept, failing: None
 
 
 class Begun(NamedTuple):
@@ -114,6 +118,13 @@ class RecordLog:
         self.records = [json.loads(line) for line in lines if line.strip()][:kept]
         if distributed.is_main():
             path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+
+    def cut(self, kept: int):
+        """Drops the records after the first `kept` (a run that goes back to a checkpoint); the
+        trackers keep what they were sent."""
+        self.records = self.records[:kept]
+        if distributed.is_main():
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
 
     def append(self, record: dict, index: int):
         self.records.append(record)
@@ -207,15 +218,40 @@ def _units(task: Task, experiment, layout, begun: Begun, *, run_dir: Path, recor
 def _through(task, experiment, begun: Begun, program: Program, state, times: list, *, run_dir, records, stop,
              started) -> tuple:
     """(state, status, reason) after the units from `begun.done` on, each unit's seconds appended to
-    `times`. Stops early when a unit fails ("failed": the state of that unit is dropped; the task's
-    `record` judges), or on a stop signal ("preempted", or "interrupted" for Ctrl-C, after saving a
-    checkpoint where the run got to: between units, or within one). A checkpoint is saved every
-    `begun.checkpoint_every` units (one due while `task.holds` waits for the first unit after that
-    does not hold) and after the last."""
+    `times`. Where a unit fails, the task's `recover` may give a state to go on from, at the last good
+    checkpoint (its records after that cut back); else the run stops ("failed": the state of that unit is
+    dropped; the task's `record` judges). A stop signal ends it too ("preempted", or "interrupted" for
+    Ctrl-C, after saving a checkpoint where the run got to: between units, or within one). A checkpoint
+    is saved every `begun.checkpoint_every` units (one due while `task.holds` waits for the first unit
+    after that does not hold) and after the last."""
+    # the newest checkpoint this run can fall back on ("unit": None before the first) and its state
+    kept = {"unit": begun.done if begun.done > 0 else None, "state": state}
+    first = begun.done
+    while True:
+        state, status, reason = _pass(task, experiment, begun, program, state, first, times, kept, run_dir=run_dir,
+                                      records=records, stop=stop, started=started)
+        if status != "failed":
+            return state, status, reason
+        back = task.recover(experiment, begun, kept["state"], state)
+        if back is None:
+            where = (f"the last good checkpoint is {begun.unit} {kept['unit']}" if kept["unit"] is not None
+                     else "no checkpoint was written (the run starts over when run again)")
+            log.error("%s; stopping, %s", reason, where)
+            return state, "failed", reason
+        first = kept["unit"] or 0
+        log.warning("%s; going back to %s %d, where the last good checkpoint is (recover)", reason, begun.unit, first)
+        records.cut(first)
+        state = kept["state"] = back
+
+
+def _pass(task, experiment, begun: Begun, program: Program, state, first: int, times: list, kept: dict, *, run_dir,
+          records, stop, started) -> tuple:
+    """`_through`'s units from `first` on, until the last, a failure or a stop: (the state of the last
+    good unit, status, reason); status "failed" leaves the recovery to `_through`. Each checkpoint saved
+    between units goes into `kept` (its unit count and state)."""
     settings, t = experiment.settings, time.perf_counter()
-    last_good = begun.done if begun.done > 0 else None  # the newest checkpoint this run can fall back on
     due = False  # a checkpoint came due and waits while `task.holds`
-    for unit in program.units(state, begun.done, stop):
+    for unit in program.units(state, first, stop):
         times.append(time.perf_counter() - t)
         t = time.perf_counter()
         if unit.stopped:  # within the unit: its checkpoint holds where it got to
@@ -229,16 +265,15 @@ def _through(task, experiment, begun: Begun, program: Program, state, times: lis
             record["wall_time"] = time.perf_counter() - started
             records.append(record, unit.index)
         if failure is not None:
-            kept = (f"the last good checkpoint is {begun.unit} {last_good}" if last_good is not None
-                    else "no checkpoint was written (the run starts over when run again)")
-            log.error("%s; stopping, %s", failure, kept)
             return state, "failed", failure
         state, done = unit.state, unit.index + 1
         program.show(unit, record)
         due = due or done % begun.checkpoint_every == 0
         saved = done == begun.n_units or (due and not task.holds(experiment, records.records))
         label = begun.save(run_dir, state, settings, done) if saved else None
-        last_good, due = (done, False) if saved else (last_good, due)
+        if saved:
+            kept.update(unit=done, state=state)
+        due = due and not saved
         if done == begun.n_units:
             break
         if stop.requested():
