@@ -60,7 +60,6 @@ class Settings:
     init_from: Any = None  # runner.lifecycle.warm_start.Source of a warm start (init_from), or None
     task: Any = None  # runner.config.task.GroundState, Dynamics (a time evolution) or Excited (the lowest states)
     memory_budget: float | None = None  # GiB a step's batch may take (automatic chunks when chunk_size is null); None: no limit
-    recover: int = 0  # recoveries from a collapse a ground-state run may take (`runner.lifecycle.loop`); 0: none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +167,7 @@ def read_settings(config: dict) -> Settings:
         raise ConfigError("task.initial_state", "is init_from, which needs init_from=RUN_DIR (a run whose state to evolve)")
     return Settings(seed, n_iter, checkpoint_every, resume, exact, chunk_size, final_rounds, peak_search,
                     fingerprint.of(fingerprint.fingerprinted(config, None)), None, the_task,
-                    None if budget is None else float(budget), _recover(config, the_task))
+                    None if budget is None else float(budget))
 
 
 def _recover(config: dict, the_task) -> int:
@@ -382,7 +381,8 @@ def build(config: dict) -> Experiment:
                                              "one ScaleByScheduleState (a rejected step takes the optimizer back, "
                                              "and the runner must read the count its schedule reads)")
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
-                      None if clip is None else float(clip), None if reject is None else float(reject))
+                      None if clip is None else float(clip), None if reject is None else float(reject),
+                      _recover(config, settings.task))
     observed = _observables(config.get("observables"), hilbert, hamiltonian)
     problem = excited.problem_of(problem, n_states, observed)
     settings, problem = _with_chunks(settings, problem, param_dtype)

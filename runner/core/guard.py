@@ -17,8 +17,9 @@ class Guard(NamedTuple):
     solver: Any
     energy: jax.Array  # real scalar; +inf before the first step (nothing to compare with)
     error: jax.Array
-    scale: jax.Array  # `ceiling`, halved by each rejection, doubled (up to `ceiling`) by each accepted step
-    ceiling: jax.Array  # 1, halved by each recovery (`runner.lifecycle.loop`, settings `recover`)
+    scale: jax.Array  # the ceiling, halved by each rejection, doubled (up to the ceiling) by each accepted step
+    ceiling: Any = ()  # with `Problem.recover`: 1, halved by each recovery (`runner.lifecycle.ground_state.recover`);
+    # without, () (a ceiling of 1, and a checkpoint as before the key existed)
 
 
 def _guarded(k, state: VMCState, new_state: VMCState, stats):
@@ -44,17 +45,19 @@ def _guarded(k, state: VMCState, new_state: VMCState, stats):
     replicated statistics, so it is the same on every layout."""
     guard = state.guard
     energy, error = jnp.real(stats.mean).astype(guard.energy.dtype), stats.error_of_mean.astype(guard.error.dtype)
-    remeasured = guard.scale < guard.ceiling  # the last step was rejected: state.params is the kept state
+    ceiling = 1.0 if isinstance(guard.ceiling, tuple) else guard.ceiling
+    remeasured = guard.scale < ceiling  # the last step was rejected: state.params is the kept state
     # an estimate that is not finite (energy, error bar or variance: what stops a run) is a jump too
     usable = jnp.isfinite(energy) & jnp.isfinite(error) & jnp.isfinite(stats.variance)
     rose = energy - guard.energy > k * jnp.sqrt(error**2 + guard.error**2)
     spread = jnp.isfinite(guard.energy) & (guard.error > 0) & (error > k * guard.error)
     jump = ~remeasured & (~usable | rose | spread)
     accepted = Guard(state.params, state.opt_state, state.solver, energy, error,
-                     jnp.minimum(guard.ceiling, 2.0 * guard.scale), guard.ceiling)
+                     jnp.minimum(ceiling, 2.0 * guard.scale), guard.ceiling)
     rejected = guard._replace(scale=guard.scale / 2)
     pick = lambda a, b: jax.tree_util.tree_map(lambda x, y: jnp.where(jump, x, y), a, b)  # noqa: E731
     next_state = new_state._replace(params=pick(guard.params, new_state.params),
                                     opt_state=pick(guard.opt_state, new_state.opt_state),
                                     solver=pick(guard.solver, new_state.solver), guard=pick(rejected, accepted))
-    return next_state, {"rejected": jump.astype(jnp.int32), "step_scale": guard.scale, "step_ceiling": guard.ceiling}
+    metrics = {"rejected": jump.astype(jnp.int32), "step_scale": guard.scale}
+    return next_state, metrics if isinstance(guard.ceiling, tuple) else {**metrics, "step_ceiling": guard.ceiling}

@@ -46,6 +46,9 @@ class Problem:
             `reject_jump`), reported in the metrics; None when the learning rate is a number.
         reject_jump: k: a step whose samples estimate the energy more than k combined error
             bars above the last accepted step's estimate is undone (`vmc_step`); None: off.
+        recover: n (with reject_jump): a run that fails goes back to its last good checkpoint with
+            the ceiling of the guard's step scale halved, at most n times
+            (`runner.lifecycle.ground_state.recover`); 0: off (the guard holds no ceiling).
     """
 
     hamiltonian: Hamiltonian
@@ -57,6 +60,7 @@ class Problem:
     learning_rate: Any = None
     clip_local_energy: float | None = None
     reject_jump: float | None = None
+    recover: int = 0
 
     def logpsi(self, params, sigma_xN):
         return apply_model(self.model, params, sigma_xN)

@@ -52,7 +52,8 @@ def init_state(problem: Problem, seed: int, sample_sigma_N) -> VMCState:
     if problem.reject_jump is not None:
         real = jnp.finfo(flat.dtype).dtype
         one = jnp.ones((), real)
-        guard = Guard(params, opt_state, solver, jnp.asarray(jnp.inf, real), jnp.zeros((), real), one, one)
+        guard = Guard(params, opt_state, solver, jnp.asarray(jnp.inf, real), jnp.zeros((), real), one,
+                      one if problem.recover else ())
     return VMCState(params, opt_state, init_chains(problem.sampler, seed), jnp.zeros((), jnp.int32), solver, guard)
 
 

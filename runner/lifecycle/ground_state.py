@@ -221,15 +221,15 @@ def holds(experiment, records: list) -> bool:
 
 
 def recover(experiment, begun: loop.Begun, kept, failing):
-    """`loop.Task.recover` (settings `recover`, with reject_jump): the last good checkpoint's state `kept`
+    """`loop.Task.recover` (`Problem.recover`, with reject_jump): the last good checkpoint's state `kept`
     with the guard's ceiling on the step scale half that of the `failing` state (so each recovery halves
     every later step again), or None once the ceiling would fall below 2^-recover. The guard's
     scalars are read and placed on the host: the same numbers on every layout."""
-    if not experiment.settings.recover or kept.guard == ():
+    if not experiment.problem.recover:
         return None
     failing_ceiling, scale, kept_ceiling = mesh.to_host((failing.guard.ceiling, kept.guard.scale, kept.guard.ceiling))
     ceiling = failing_ceiling / 2  # NumPy scalars of the guard's dtype
-    if ceiling < 2.0 ** -experiment.settings.recover:
+    if ceiling < 2.0 ** -experiment.problem.recover:
         return None
     placed = begun.shardings.guard
     scale, ceiling = mesh.from_host((scale * (ceiling / kept_ceiling), ceiling), (placed.scale, placed.ceiling))

@@ -28,7 +28,8 @@ def _begun(experiment):
 
 
 def test_each_recovery_halves_the_ceiling_of_the_step_scale_until_recover_runs_out():
-    """The kept state comes back with the ceiling half the failing state's (scale in proportion: a
+    """The guard holds a ceiling only with recover (a checkpoint of reject_jump alone is as before the key). The
+    kept state comes back with the ceiling half the failing state's (scale in proportion: a
     state kept right after a rejection is still measured again); past 2^-recover, None (the run fails)."""
     experiment = build(compose_config([*CASE, "recover=2"]))
     begun = _begun(experiment)
@@ -41,7 +42,8 @@ def test_each_recovery_halves_the_ceiling_of_the_step_scale_until_recover_runs_o
     assert (float(twice.guard.ceiling), float(twice.guard.scale)) == (0.25, 0.125)
     assert ground_state.recover(experiment, begun, kept, twice) is None
     off = build(compose_config(CASE))
-    assert ground_state.recover(off, _begun(off), kept, begun.state) is None
+    alone = _begun(off).state
+    assert alone.guard.ceiling == () and ground_state.recover(off, _begun(off), alone, alone) is None
 
 
 def _failing_once_at(step):
@@ -50,7 +52,7 @@ def _failing_once_at(step):
 
     def record(experiment, unit, records):
         out, failure = ground_state.record(experiment, unit, records)
-        if unit.index == step and out.get("step_ceiling") == 1.0:
+        if unit.index == step and out.get("step_ceiling", 1.0) == 1.0:
             failure = f"collapsed: made to order at step {step}"
         return out, failure
 
@@ -77,7 +79,7 @@ def test_a_recovered_run_is_identical_on_every_layout_and_resumes_exactly(tmp_pa
     app.execute(short, mesh.make_mesh("single"), tmp_path / "resumed")
     app.execute(experiment, mesh.make_mesh("single"), tmp_path / "resumed")
     assert_identical_runs(tmp_path / "resumed", tmp_path / "devices1")
-    plain = dataclasses.replace(experiment, settings=dataclasses.replace(experiment.settings, recover=0))
+    plain = build(compose_config([*CASE, "n_iter=12", "checkpoint_every=4"]))
     with pytest.raises(app.RunFailed):
         app.execute(plain, mesh.make_mesh("single"), tmp_path / "plain")
     summary = json.loads((tmp_path / "plain" / "summary.json").read_text())
