@@ -266,7 +266,7 @@ def check_rejections(records: list[dict]):
 
 
 def check_recoveries(records: list[dict]):
-    """A run that went back to its last good checkpoint after a collapse (settings `recover`): its
+    """A run that went back to its last good checkpoint after a collapse (`recover`): its
     steps from there on were scaled down (`step_ceiling` below 1 in the records after it)."""
     lowered = [r for r in records if (r.get("step_ceiling") or 1.0) < 1.0]
     if not lowered:

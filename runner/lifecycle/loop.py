@@ -115,13 +115,12 @@ class RecordLog:
     def __init__(self, path: Path, kept: int, tracking=None):
         self.path, self.tracking = path, tracking
         lines = path.read_text().splitlines() if kept and path.exists() else []
-        self.records = [json.loads(line) for line in lines if line.strip()][:kept]
-        if distributed.is_main():
-            path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+        self.records = [json.loads(line) for line in lines if line.strip()]
+        self.cut(kept)
 
     def cut(self, kept: int):
-        """Drops the records after the first `kept` (a run that goes back to a checkpoint); the
-        trackers keep what they were sent."""
+        """Drops the records after the first `kept` (a resumed run, or one that goes back to a
+        checkpoint) and rewrites the log; the trackers keep what they were sent."""
         self.records = self.records[:kept]
         if distributed.is_main():
             self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records))
