@@ -170,9 +170,21 @@ def read_settings(config: dict) -> Settings:
                     None if budget is None else float(budget))
 
 
+def _reject_jump(config: dict, optimizer, learning_rate) -> float | None:
+    """`reject_jump` as a number (null: None); a schedule must be one optax count (a rejection takes it back)."""
+    reject = config.get("reject_jump")
+    if reject is None:
+        return None
+    require_number("reject_jump", reject, positive=True)
+    if learning_rate is not None and len(_schedule_counts(optimizer)) != 1:
+        raise ConfigError("reject_jump", "must be null with a learning-rate schedule that optax does not count in "
+                                         "one ScaleByScheduleState (a rejected step takes the optimizer back, "
+                                         "and the runner must read the count its schedule reads)")
+    return float(reject)
+
+
 def _recover(config: dict, the_task) -> int:
-    """The `recover` key as a count (null: 0). It lowers reject_jump's step scale, so it needs that
-    key, and it is a ground-state training's."""
+    """`recover` as a count (null: 0): it lowers reject_jump's step scale in a ground-state training."""
     recover = config.get("recover")
     if recover is None:
         return 0
@@ -373,15 +385,8 @@ def build(config: dict) -> Experiment:
     clip = config.get("clip_local_energy")
     if clip is not None:
         require_number("clip_local_energy", clip, positive=True)
-    reject = config.get("reject_jump")
-    if reject is not None:
-        require_number("reject_jump", reject, positive=True)
-        if learning_rate is not None and len(_schedule_counts(optimizer)) != 1:
-            raise ConfigError("reject_jump", "must be null with a learning-rate schedule that optax does not count in "
-                                             "one ScaleByScheduleState (a rejected step takes the optimizer back, "
-                                             "and the runner must read the count its schedule reads)")
     problem = Problem(hamiltonian, model, sampler, optimizer, precondition, settings.chunk_size, learning_rate,
-                      None if clip is None else float(clip), None if reject is None else float(reject),
+                      None if clip is None else float(clip), _reject_jump(config, optimizer, learning_rate),
                       _recover(config, settings.task))
     observed = _observables(config.get("observables"), hilbert, hamiltonian)
     problem = excited.problem_of(problem, n_states, observed)

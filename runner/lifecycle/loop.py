@@ -227,8 +227,8 @@ def _through(task, experiment, begun: Begun, program: Program, state, times: lis
     kept = {"unit": begun.done if begun.done > 0 else None, "state": state}
     first = begun.done
     while True:
-        state, status, reason = _pass(task, experiment, begun, program, state, first, times, kept, run_dir=run_dir,
-                                      records=records, stop=stop, started=started)
+        state, status, reason = _pass(task, experiment, begun, program, state, first, times=times, kept=kept,
+                                      run_dir=run_dir, records=records, stop=stop, started=started)
         if status != "failed":
             return state, status, reason
         back = task.recover(experiment, begun, kept["state"], state)
@@ -243,7 +243,7 @@ def _through(task, experiment, begun: Begun, program: Program, state, times: lis
         state = kept["state"] = back
 
 
-def _pass(task, experiment, begun: Begun, program: Program, state, first: int, times: list, kept: dict, *, run_dir,
+def _pass(task, experiment, begun: Begun, program: Program, state, first: int, *, times: list, kept: dict, run_dir,
           records, stop, started) -> tuple:
     """`_through`'s units from `first` on, until the last, a failure or a stop: (the state of the last
     good unit, status, reason); status "failed" leaves the recovery to `_through`. Each checkpoint saved
