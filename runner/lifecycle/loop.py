@@ -223,8 +223,8 @@ def _through(task, experiment, begun: Begun, program: Program, state, times: lis
     Ctrl-C, after saving a checkpoint where the run got to: between units, or within one). A checkpoint
     is saved every `begun.checkpoint_every` units (one due while `task.holds` waits for the first unit
     after that does not hold) and after the last."""
-    # the newest checkpoint this run can fall back on ("unit": None before the first) and its state
-    kept = {"unit": begun.done if begun.done > 0 else None, "state": state}
+    # the newest checkpoint this run can fall back on (unit 0: none, the start) and its state
+    kept = {"unit": begun.done, "state": state}
     first = begun.done
     while True:
         state, status, reason = _pass(task, experiment, begun, program, state, first, times=times, kept=kept,
@@ -233,12 +233,13 @@ def _through(task, experiment, begun: Begun, program: Program, state, times: lis
             return state, status, reason
         back = task.recover(experiment, begun, kept["state"], state)
         if back is None:
-            where = (f"the last good checkpoint is {begun.unit} {kept['unit']}" if kept["unit"] is not None
+            where = (f"the last good checkpoint is {begun.unit} {kept['unit']}" if kept["unit"] > 0
                      else "no checkpoint was written (the run starts over when run again)")
             log.error("%s; stopping, %s", reason, where)
             return state, "failed", reason
-        first = kept["unit"] or 0
-        log.warning("%s; going back to %s %d, where the last good checkpoint is (recover)", reason, begun.unit, first)
+        first = kept["unit"]
+        where = "where the last good checkpoint is" if first > 0 else "the start (no checkpoint was written)"
+        log.warning("%s; going back to %s %d, %s (recover)", reason, begun.unit, first, where)
         records.cut(first)
         state = kept["state"] = back
 
