@@ -34,8 +34,8 @@ def _complex_log_psi(model, hilbert) -> bool:
 
 
 def _check_phases(node, hilbert, hamiltonian, model, dtype_name):
-    """Refuses complex phases of a phase prior (H's `angles`) for a model whose log psi is real."""
-    if hamiltonian.angles is not None and dtype_name in REAL and not _complex_log_psi(model, hilbert):
+    """Refuses the complex elements a phase prior gives H for a model whose log psi is real."""
+    if not hamiltonian.is_real and dtype_name in REAL and not _complex_log_psi(model, hilbert):
         prior = node.get("phase_prior")
         prior = "auto (three_sublattice on this lattice)" if prior == "auto" else prior
         raise ConfigError("hamiltonian.phase_prior", f"{prior} gives H complex "

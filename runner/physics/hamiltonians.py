@@ -77,7 +77,7 @@ def xxz(hilbert: Hilbert, J: float = 1.0, Delta: float = 1.0, hz: float = 0.0) -
     return _finish(hilbert, terms)
 
 
-PHASE_PRIORS = ("none", "marshall", "three_sublattice", "auto")
+PHASE_PRIORS = ("none", "marshall", "three_sublattice", "spiral", "auto")
 # The values of `sign_rule`, the key phase_prior replaced, in today's spelling (`upgraded`).
 SIGN_RULE = {True: "marshall", False: "none", None: None}
 
@@ -93,7 +93,8 @@ def heisenberg(
         J2: next-nearest-neighbour coupling.
         phase_prior: the fixed diagonal unitary U applied (H -> U H U^dagger, same spectrum; the
             model holds U psi), `phase_rotation`'s: marshall (bipartite lattices), three_sublattice
-            (the 120-degree pattern of a triangular lattice; complex elements), none, or None:
+            (the 120-degree pattern of a triangular lattice; complex elements), spiral (`spiral_angles`:
+            the commensurate planar spiral of lowest classical energy), none, or None:
             marshall only where it makes H stoquastic (a bipartite lattice with J > 0 and J2 = 0,
             or J2 < 0), none elsewhere; auto: the classical order of the antiferromagnet where the
             lattice admits it (`auto_prior`).
@@ -106,6 +107,8 @@ def heisenberg(
         phase_prior = auto_prior(hilbert, J)
     pairs = [(J, tuple(b)) for b in hilbert.bonds] + [(J2, b) for b in _next_terms(hilbert, J2, "J2")]
     terms = [(c, ops, b) for c, b in pairs for ops in ("XX", "YY", "ZZ")]
+    if phase_prior == "spiral":
+        return _finish(hilbert, terms, spiral_angles(hilbert, pairs))
     if phase_prior is not None:
         return _finish(hilbert, terms, phase_rotation(hilbert, phase_prior))
     plain = _finish(hilbert, terms)
@@ -150,6 +153,38 @@ def phase_rotation(hilbert: Hilbert, prior: str):
     k = np.asarray(hilbert.three_sublattice)
     sites = np.nonzero(k)[0]
     return tuple(int(i) for i in sites), tuple(2 * math.pi * int(k[i]) / 3 for i in sites)
+
+
+def spiral_angles(hilbert: Hilbert, pairs):
+    """(sites, angles) of the `spiral` prior: theta_i = q . R_i on the cell R_i of site i, with q the
+    wave vector of the lattice's grid (q = 2 pi m_a / L_a along each direction a) whose planar spiral
+    has the lowest classical energy sum_(c, ij) c cos(theta_i - theta_j) over the coupled `pairs`
+    (ties: the smallest m). The rotated H keeps the translations (theta_i - theta_j depends on the
+    displacement alone), so a translation-invariant model can follow it: the Neel order on even
+    square tori, the 120-degree one on triangular tori with sides multiples of 3, and the nearest
+    commensurate spiral elsewhere.
+
+    Raises:
+        ConfigError: the lattice has more than one site per cell (its classical orders need an angle
+            per basis site), or is a graph.
+    """
+    extents = tuple(int(e) for e in hilbert.shape)
+    one_per_cell = int(np.prod(extents)) == hilbert.n_sites
+    if not one_per_cell or (hilbert.pbc and len(hilbert.translations) != hilbert.n_sites):
+        raise ConfigError("phase_prior", "spiral needs a chain, square or triangular lattice (one site per unit "
+                                         "cell); this lattice has several, or is a graph")
+    cells = np.stack(np.unravel_index(np.arange(hilbert.n_sites), extents), axis=1)  # site (x * Ly + y)
+    i, j = (np.array([p[1][k] for p in pairs], dtype=int) for k in (0, 1))
+    c = np.array([p[0] for p in pairs], dtype=float)
+    best = None
+    for m in np.ndindex(*extents):
+        theta = 2 * math.pi * cells @ (np.asarray(m) / np.asarray(extents))
+        energy = round(float(np.sum(c * np.cos(theta[i] - theta[j]))), 9)
+        if best is None or energy < best[0]:
+            best = (energy, theta)
+    theta = np.mod(best[1], 2 * math.pi)
+    sites = np.nonzero(~np.isclose(theta, 0.0))[0]
+    return tuple(int(k) for k in sites), tuple(float(theta[k]) for k in sites)
 
 
 def upgraded(node):
