@@ -156,32 +156,37 @@ def phase_rotation(hilbert: Hilbert, prior: str):
 
 
 def spiral_angles(hilbert: Hilbert, pairs):
-    """(sites, angles) of the `spiral` prior: theta_i = q . R_i on the cell R_i of site i, with q the
-    wave vector of the lattice's grid (q = 2 pi m_a / L_a along each direction a) whose planar spiral
-    has the lowest classical energy sum_(c, ij) c cos(theta_i - theta_j) over the coupled `pairs`
-    (ties: the smallest m). The rotated H keeps the translations (theta_i - theta_j depends on the
-    displacement alone), so a translation-invariant model can follow it: the Neel order on even
-    square tori, the 120-degree one on triangular tori with sides multiples of 3, and the nearest
-    commensurate spiral elsewhere.
+    """(sites, angles) of the `spiral` prior: theta_i = q . R_i + phi_b on the cell R_i and basis site b
+    of site i, with q a wave vector of the lattice's grid (q = 2 pi m_a / L_a along each direction a)
+    and phi_b a multiple of pi / 3 (phi_0 = 0; these hold the collinear and 120-degree orders), chosen
+    for the lowest classical energy sum_(c, ij) c cos(theta_i - theta_j) over the coupled `pairs`
+    (ties: the smallest m, then the smallest phi). The rotated H keeps the translations (theta_i -
+    theta_j depends on the displacement alone), so a translation-invariant model can follow it: the
+    Neel order on even square tori, the 120-degree one on triangular tori with sides multiples of 3,
+    the q = 0 120-degree order on kagome tori, and the nearest commensurate spiral elsewhere.
 
     Raises:
-        ConfigError: the lattice has more than one site per cell (its classical orders need an angle
-            per basis site), or is a graph.
+        ConfigError: the lattice is a graph (no unit cells).
     """
     extents = tuple(int(e) for e in hilbert.shape)
-    one_per_cell = int(np.prod(extents)) == hilbert.n_sites
-    if not one_per_cell or (hilbert.pbc and len(hilbert.translations) != hilbert.n_sites):
-        raise ConfigError("phase_prior", "spiral needs a chain, square or triangular lattice (one site per unit "
-                                         "cell); this lattice has several, or is a graph")
-    cells = np.stack(np.unravel_index(np.arange(hilbert.n_sites), extents), axis=1)  # site (x * Ly + y)
+    n_cells = int(np.prod(extents))
+    if hilbert.n_sites % n_cells or (hilbert.pbc and len(hilbert.translations) != n_cells):
+        raise ConfigError("phase_prior", "spiral needs a lattice of unit cells (chain, square, triangular, "
+                                         "honeycomb, kagome); a graph has none")
+    n_basis = hilbert.n_sites // n_cells
+    site = np.arange(hilbert.n_sites)
+    cells = np.stack(np.unravel_index(site // n_basis, extents), axis=1)  # site (x * Ly + y) * n_basis + b
     i, j = (np.array([p[1][k] for p in pairs], dtype=int) for k in (0, 1))
     c = np.array([p[0] for p in pairs], dtype=float)
+    basis = site % n_basis
     best = None
     for m in np.ndindex(*extents):
-        theta = 2 * math.pi * cells @ (np.asarray(m) / np.asarray(extents))
-        energy = round(float(np.sum(c * np.cos(theta[i] - theta[j]))), 9)
-        if best is None or energy < best[0]:
-            best = (energy, theta)
+        wave = 2 * math.pi * cells @ (np.asarray(m) / np.asarray(extents))
+        for phi in np.ndindex(*(1,) + (6,) * (n_basis - 1)):
+            theta = wave + (math.pi / 3) * np.asarray(phi)[basis]
+            energy = round(float(np.sum(c * np.cos(theta[i] - theta[j]))), 9)
+            if best is None or energy < best[0]:
+                best = (energy, theta)
     theta = np.mod(best[1], 2 * math.pi)
     sites = np.nonzero(~np.isclose(theta, 0.0))[0]
     return tuple(int(k) for k in sites), tuple(float(theta[k]) for k in sites)

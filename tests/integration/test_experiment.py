@@ -60,12 +60,12 @@ def test_j1j2_square_is_the_frustrated_heisenberg_model_and_scales_with_L():
 
 
 @pytest.mark.parametrize("torus,three", [(["hilbert.L=6"], True), (["hilbert.L=null", "hilbert.Lx=4", "hilbert.Ly=6"], False)])
-def test_triangular_heisenberg_cnn_takes_the_spiral_prior_on_any_torus(torus, three):
+def test_heisenberg_cnn_takes_the_spiral_prior_on_any_torus(torus, three):
     """The recipe's spiral is the 120-degree pattern's H on 6 x 6 and a rotation that keeps every translation (so
     the translation-invariant CNN can follow the ground state) on 4 x 6, where three_sublattice does not fit."""
     from runner.physics import hamiltonians, pauli
 
-    experiment = build(composed(["experiment=triangular_heisenberg_cnn", *torus]))
+    experiment = build(composed(["experiment=heisenberg_cnn", *torus]))
     lattice, ham = experiment.hilbert, experiment.hamiltonian
     assert ham.rotated and pauli.not_invariant_under(ham, lattice.space_group.rows("translations")) is None
     assert (lattice.three_sublattice is not None) == three

@@ -76,9 +76,25 @@ def test_spiral_moves_the_3x4_ground_state_to_zero_momentum():
     np.testing.assert_allclose(spectrum.invariant_levels(rotated, lattice, 1, translations)[0], ground, atol=1e-9)
 
 
-@pytest.mark.parametrize("make", [lambda: hb.kagome(Lx=1, Ly=3), lambda: hb.honeycomb(2),
-                                  lambda: hb.graph(4, [[0, 1], [1, 2], [2, 3], [3, 0]])])
-def test_spiral_refuses_lattices_of_several_sites_per_cell(make):
-    with pytest.raises(ConfigError, match="one site per unit cell") as info:
-        hamiltonians.heisenberg(make(), phase_prior="spiral")
+def test_spiral_on_lattices_of_several_sites_per_cell():
+    """Kagome: the q = 0 120-degree order (every bond turns by 2 pi / 3), the same spectrum, every translation
+    kept; honeycomb: the Marshall rotation's H."""
+    lattice = hb.kagome(2, total_sz=0)
+    ham, plain = (hamiltonians.heisenberg(lattice, phase_prior=p) for p in ("spiral", "none"))
+    theta = _angles(ham, lattice.n_sites)
+    turns = np.mod(theta[lattice.bonds[:, 0]] - theta[lattice.bonds[:, 1]], 2 * math.pi)
+    np.testing.assert_allclose(np.minimum(turns, 2 * math.pi - turns), 2 * math.pi / 3, atol=1e-12)
+    # q = 0: one angle per basis site, the same in every cell
+    np.testing.assert_allclose(theta.reshape(-1, 3), [[0.0, 2 * math.pi / 3, 4 * math.pi / 3]] * 4, atol=1e-12)
+    assert pauli.not_invariant_under(ham, lattice.space_group.rows("translations")) is None
+    levels = [exact.lowest_levels(exact.operator(h, lattice), 3) for h in (plain, ham)]
+    np.testing.assert_allclose(levels[1], levels[0], atol=1e-9)
+    honeycomb = hb.honeycomb(2)
+    assert sorted(hamiltonians.heisenberg(honeycomb, phase_prior="spiral").terms) == sorted(
+        hamiltonians.heisenberg(honeycomb, phase_prior="marshall").terms)
+
+
+def test_spiral_refuses_a_graph():
+    with pytest.raises(ConfigError, match="a graph has none") as info:
+        hamiltonians.heisenberg(hb.graph(4, [[0, 1], [1, 2], [2, 3], [3, 0]]), phase_prior="spiral")
     assert info.value.key == "phase_prior"
