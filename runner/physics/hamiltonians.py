@@ -160,7 +160,8 @@ def spiral_angles(hilbert: Hilbert, pairs):
     of site i, with q a wave vector of the lattice's grid (q = 2 pi m_a / L_a along each direction a)
     and phi_b a multiple of pi / 3 (phi_0 = 0; these hold the collinear and 120-degree orders), chosen
     for the lowest classical energy sum_(c, ij) c cos(theta_i - theta_j) over the coupled `pairs`
-    (ties: the smallest m, then the smallest phi). The rotated H keeps the translations (theta_i -
+    (ties: the lowest energy on the strongest couplings, as Neel over stripes at J2 = J / 2, then the
+    smallest m, then the smallest phi). The rotated H keeps the translations (theta_i -
     theta_j depends on the displacement alone), so a translation-invariant model can follow it: the
     Neel order on even square tori, the 120-degree one on triangular tori with sides multiples of 3,
     the q = 0 120-degree order on kagome tori, and the nearest commensurate spiral elsewhere.
@@ -178,13 +179,15 @@ def spiral_angles(hilbert: Hilbert, pairs):
     cells = np.stack(np.unravel_index(site // n_basis, extents), axis=1)  # site (x * Ly + y) * n_basis + b
     i, j = (np.array([p[1][k] for p in pairs], dtype=int) for k in (0, 1))
     c = np.array([p[0] for p in pairs], dtype=float)
+    strongest = np.isclose(np.abs(c), np.max(np.abs(c)))
     basis = site % n_basis
     best = None
     for m in np.ndindex(*extents):
         wave = 2 * math.pi * cells @ (np.asarray(m) / np.asarray(extents))
         for phi in np.ndindex(*(1,) + (6,) * (n_basis - 1)):
             theta = wave + (math.pi / 3) * np.asarray(phi)[basis]
-            energy = round(float(np.sum(c * np.cos(theta[i] - theta[j]))), 9)
+            bond = c * np.cos(theta[i] - theta[j])
+            energy = (round(float(np.sum(bond)), 9), round(float(np.sum(bond[strongest])), 9))
             if best is None or energy < best[0]:
                 best = (energy, theta)
     theta = np.mod(best[1], 2 * math.pi)
