@@ -1,8 +1,12 @@
 """Independent dense references for tests: Hamiltonians from Kronecker products of Paulis."""
 
 import functools
+import math
 
 import numpy as np
+
+from runner.physics import hilbert as hb
+from runner.physics import pauli
 
 X = np.array([[0, 1], [1, 0]], dtype=complex)
 Y = np.array([[0, -1j], [1j, 0]], dtype=complex)
@@ -65,3 +69,16 @@ def dense_psi(logpsi_D, states):
     psi = np.zeros(2 ** states.shape[-1], complex)
     psi[basis_index(states)] = np.exp(np.asarray(logpsi_D))
     return psi
+
+
+def dense_phase(ham, n):
+    """U = prod_i exp(-i theta_i Z_i / 2) of the rotation `ham` records, as a dense 2^n matrix."""
+    theta = dict(zip(ham.rotated or (), ham.angles or (math.pi,) * len(ham.rotated or ())))
+    diagonals = [np.exp(-0.5j * theta.get(i, 0.0) * np.array([1.0, -1.0])) for i in range(n)]
+    return np.diag(functools.reduce(np.kron, diagonals))
+
+
+def on_states(ham, lattice):
+    """(`ham` as a dense matrix on the lattice's configurations, their rows in the 2^n matrices above)."""
+    states = hb.all_states(lattice)
+    return pauli.to_sparse(ham, states).toarray(), basis_index(states)

@@ -2,7 +2,6 @@
 three-sublattice 120-degree pattern) against dense U H U^dagger and exact spectra, their refusals, the
 symmetries the rotated H keeps, and the old `sign_rule` spelling."""
 
-import functools
 import math
 
 import numpy as np
@@ -14,22 +13,10 @@ from runner.errors import ConfigError
 from runner.physics import exact, hamiltonians, pauli, spectrum
 from runner.physics import hilbert as hb
 from tests.helpers.config import compose_config
-from tests.helpers.dense import basis_index, dense_heisenberg, dense_pauli, dense_rotation
+from tests.helpers.dense import dense_heisenberg, dense_pauli, dense_phase, dense_rotation, on_states
 
 TRIANGULAR3 = ["hilbert=triangular", "hilbert.L=3", "hilbert.total_sz=0.5", "hamiltonian=heisenberg",
                "sampler=metropolis_exchange"]
-
-
-def dense_phase(ham, n):
-    """U = prod_i exp(-i theta_i Z_i / 2) of the rotation `ham` records, as a dense 2^n matrix."""
-    theta = dict(zip(ham.rotated or (), ham.angles or (math.pi,) * len(ham.rotated or ())))
-    diagonals = [np.exp(-0.5j * theta.get(i, 0.0) * np.array([1.0, -1.0])) for i in range(n)]
-    return np.diag(functools.reduce(np.kron, diagonals))
-
-
-def _on(ham, lattice):
-    states = hb.all_states(lattice)
-    return pauli.to_sparse(ham, states).toarray(), basis_index(states)
 
 
 def test_three_sublattice_colouring_joins_different_sublattices_and_moves_with_translations():
@@ -54,7 +41,7 @@ def test_three_sublattice_is_the_unitary_claimed(make, J2):
     assert not ham.is_real and ham.rotated is not None and ham.angles is not None
     U = dense_phase(ham, n)
     H = dense_heisenberg(lattice.bonds, lattice.next_bonds, n, 1.0, J2)
-    got, idx = _on(ham, lattice)
+    got, idx = on_states(ham, lattice)
     np.testing.assert_allclose(got, (U @ H @ U.conj().T)[np.ix_(idx, idx)], atol=1e-12)
     i, j = (int(s) for s in lattice.bonds[0])
     d = 2 * math.pi * (int(lattice.three_sublattice[i]) - int(lattice.three_sublattice[j])) / 3
@@ -71,7 +58,7 @@ def test_marshall_is_the_unitary_claimed():
     U = dense_phase(ham, 6)
     np.testing.assert_allclose(U, (-1j) ** len(ham.rotated) * dense_rotation(ham.rotated, 6), atol=1e-12)  # prod_B Z_i
     H = dense_heisenberg(lattice.bonds, lattice.next_bonds, 6, 1.0, 0.4)
-    got, idx = _on(ham, lattice)
+    got, idx = on_states(ham, lattice)
     np.testing.assert_allclose(got, (U @ H @ U.conj().T)[np.ix_(idx, idx)], atol=1e-12)
 
 
@@ -80,7 +67,7 @@ def test_spectrum_unchanged_triangular_3x3_and_square_4x4():
     lowest levels of the square 4 x 4 J1-J2 model at Sz = 0, with and without the prior."""
     lattice = hb.triangular(3, total_sz=0.5)
     plain, rotated = (hamiltonians.heisenberg(lattice, phase_prior=p) for p in ("none", "three_sublattice"))
-    np.testing.assert_allclose(np.linalg.eigvalsh(_on(rotated, lattice)[0]), np.linalg.eigvalsh(_on(plain, lattice)[0]),
+    np.testing.assert_allclose(np.linalg.eigvalsh(on_states(rotated, lattice)[0]), np.linalg.eigvalsh(on_states(plain, lattice)[0]),
                                atol=1e-10)
     square = hb.square(4, total_sz=0)
     plain, rotated = (hamiltonians.heisenberg(square, J2=0.5, phase_prior=p) for p in ("none", "marshall"))
@@ -103,11 +90,11 @@ def test_observables_are_rotated_like_h():
     terms = [(0.5, "XX", (0, 1)), (-0.3, "YZ", (1, 2)), (0.2, "Z", (3,)), (0.1, "XY", (4, 5)), (0.7, "X", (2,))]
     simulated = pauli.rotate_like(ham, pauli.pauli_sum(9, terms))
     U = dense_phase(ham, 9)
-    got, idx = _on(simulated, lattice)
+    got, idx = on_states(simulated, lattice)
     np.testing.assert_allclose(got, (U @ dense_pauli(terms, 9) @ U.conj().T)[np.ix_(idx, idx)], atol=1e-12)
     back = pauli.rotate(simulated, ham.rotated, [-a for a in ham.angles])
     assert back.rotated is None
-    np.testing.assert_allclose(_on(back, lattice)[0], _on(pauli.pauli_sum(9, terms), lattice)[0], atol=1e-12)
+    np.testing.assert_allclose(on_states(back, lattice)[0], on_states(pauli.pauli_sum(9, terms), lattice)[0], atol=1e-12)
 
 
 @pytest.mark.parametrize("make,prior,match", [
@@ -187,7 +174,7 @@ def test_prior_state_overlap_with_the_exact_ground_level_3x3():
     lattice = hb.triangular(3, total_sz=0.5)
     overlaps = []
     for prior in ("none", "three_sublattice"):
-        w, v = np.linalg.eigh(_on(hamiltonians.heisenberg(lattice, phase_prior=prior), lattice)[0])
+        w, v = np.linalg.eigh(on_states(hamiltonians.heisenberg(lattice, phase_prior=prior), lattice)[0])
         ground = v[:, np.abs(w - w[0]) < 1e-9]
         assert ground.shape[1] == 2
         overlaps.append(np.sum(np.abs(ground.conj().T @ np.ones(len(w))) ** 2) / len(w))

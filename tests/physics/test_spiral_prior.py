@@ -10,8 +10,7 @@ import pytest
 from runner.errors import ConfigError
 from runner.physics import exact, hamiltonians, pauli, spectrum
 from runner.physics import hilbert as hb
-from tests.helpers.dense import dense_heisenberg
-from tests.physics.test_phase_prior import _on, dense_phase
+from tests.helpers.dense import dense_heisenberg, dense_phase, on_states
 
 
 def _angles(ham, n):
@@ -30,7 +29,7 @@ def test_spiral_is_the_unitary_claimed(make, J2):
     assert ham.rotated  # not the identity
     U = dense_phase(ham, n)
     H = dense_heisenberg(lattice.bonds, lattice.next_bonds, n, 1.0, J2)
-    got, idx = _on(ham, lattice)
+    got, idx = on_states(ham, lattice)
     np.testing.assert_allclose(got, (U @ H @ U.conj().T)[np.ix_(idx, idx)], atol=1e-12)
 
 
