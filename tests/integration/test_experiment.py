@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from runner.config.build import build
+from runner.physics import hamiltonians, pauli
 from tests.helpers.cli import REPO, run_cli
 
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
@@ -59,18 +60,18 @@ def test_j1j2_square_is_the_frustrated_heisenberg_model_and_scales_with_L():
     assert experiment.hamiltonian.rotated is not None  # the Marshall rotation, asked for explicitly
 
 
-@pytest.mark.parametrize("torus,three", [(["hilbert.L=6"], True), (["hilbert.L=null", "hilbert.Lx=4", "hilbert.Ly=6"], False)])
+@pytest.mark.parametrize("torus,three", [(["hilbert.L=6"], True),
+                                         (["hilbert.L=null", "hilbert.Lx=4", "hilbert.Ly=6"], False)])
 def test_heisenberg_cnn_takes_the_spiral_prior_on_any_torus(torus, three):
     """The recipe's spiral is the 120-degree pattern's H on 6 x 6 and a rotation that keeps every translation (so
     the translation-invariant CNN can follow the ground state) on 4 x 6, where three_sublattice does not fit."""
-    from runner.physics import hamiltonians, pauli
-
     experiment = build(composed(["experiment=heisenberg_cnn", *torus]))
     lattice, ham = experiment.hilbert, experiment.hamiltonian
     assert ham.rotated and pauli.not_invariant_under(ham, lattice.space_group.rows("translations")) is None
     assert (lattice.three_sublattice is not None) == three
     if three:
-        other = {(ops, sites): c for c, ops, sites in hamiltonians.heisenberg(lattice, phase_prior="three_sublattice").terms}
+        three_sublattice = hamiltonians.heisenberg(lattice, phase_prior="three_sublattice")
+        other = {(ops, sites): c for c, ops, sites in three_sublattice.terms}
         assert {(ops, sites) for _, ops, sites in ham.terms} == other.keys()
         assert all(abs(c - other[ops, sites]) < 1e-12 for c, ops, sites in ham.terms)
 

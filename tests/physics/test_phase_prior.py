@@ -67,8 +67,8 @@ def test_spectrum_unchanged_triangular_3x3_and_square_4x4():
     lowest levels of the square 4 x 4 J1-J2 model at Sz = 0, with and without the prior."""
     lattice = hb.triangular(3, total_sz=0.5)
     plain, rotated = (hamiltonians.heisenberg(lattice, phase_prior=p) for p in ("none", "three_sublattice"))
-    np.testing.assert_allclose(np.linalg.eigvalsh(on_states(rotated, lattice)[0]), np.linalg.eigvalsh(on_states(plain, lattice)[0]),
-                               atol=1e-10)
+    np.testing.assert_allclose(np.linalg.eigvalsh(on_states(rotated, lattice)[0]),
+                               np.linalg.eigvalsh(on_states(plain, lattice)[0]), atol=1e-10)
     square = hb.square(4, total_sz=0)
     plain, rotated = (hamiltonians.heisenberg(square, J2=0.5, phase_prior=p) for p in ("none", "marshall"))
     levels = [exact.lowest_levels(exact.operator(h, square), 3) for h in (plain, rotated)]
@@ -94,7 +94,8 @@ def test_observables_are_rotated_like_h():
     np.testing.assert_allclose(got, (U @ dense_pauli(terms, 9) @ U.conj().T)[np.ix_(idx, idx)], atol=1e-12)
     back = pauli.rotate(simulated, ham.rotated, [-a for a in ham.angles])
     assert back.rotated is None
-    np.testing.assert_allclose(on_states(back, lattice)[0], on_states(pauli.pauli_sum(9, terms), lattice)[0], atol=1e-12)
+    np.testing.assert_allclose(on_states(back, lattice)[0], on_states(pauli.pauli_sum(9, terms), lattice)[0],
+                               atol=1e-12)
 
 
 @pytest.mark.parametrize("make,prior,match", [

@@ -1,6 +1,7 @@
-"""The `spiral` phase prior: theta_i = q . R_i at the commensurate q of lowest classical energy, against dense
-U H U^dagger and exact spectra; it is Marshall on even square tori and the 120-degree pattern on triangular tori
-with sides multiples of 3, keeps the translations everywhere, and moves ground states away from k = 0 to it."""
+"""The `spiral` phase prior: theta_i = q . R_i + phi_b at the commensurate order of lowest classical energy, against
+dense U H U^dagger and exact spectra; it is Marshall on even square tori and honeycomb, the 120-degree pattern on
+triangular tori with sides multiples of 3 and the q = 0 order on kagome, keeps the translations everywhere, and
+moves ground states away from k = 0 to it."""
 
 import math
 
