@@ -297,7 +297,7 @@ def run(overrides=(), run_dir=None, quiet=False) -> TrainedRun:
     cfg = compose.compose(overrides)
     run_dir = Path(run_dir) if run_dir is not None else Path("outputs") / cli.run_id()
     with _run_logging(run_dir, quiet):
-        app.run(cfg, run_dir=str(run_dir))  # a config error refuses before writing anything
+        app.run(cfg, run_dir=str(run_dir), overrides=overrides)  # a config error refuses before writing anything
     (run_dir / rundir.HYDRA).mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / rundir.CONFIG, resolve=True)
     OmegaConf.save(OmegaConf.create(overrides), run_dir / rundir.OVERRIDES)

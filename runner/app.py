@@ -9,7 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config.build import Experiment, build
+from runner.config import monte_carlo
+from runner.config.build import Experiment, build, instantiate
 from runner.errors import ConfigError, RunEnded, RunFailed, RunStopped
 from runner.lifecycle import dynamics, hparams_search, loop, rundir, tasks, warm_start
 from runner.lifecycle.preemption import StopRequest
@@ -21,12 +22,13 @@ log = logging.getLogger(__name__)
 
 
 
-def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict | float:
-    """Runs the experiment in `cfg` (see `_run`); under the Optuna sweeper, returns the trial's
+def run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), overrides=()) -> dict | float:
+    """Runs the experiment in `cfg` (see `_run`; `overrides`: those composed into `cfg` when Hydra did
+    not run the command); under the Optuna sweeper, returns the trial's
     objective instead of the summary: `optimized_metric` of the summary, or a large penalty for a
     failed run (which never raises there: a failed trial must not end the study)."""
     if not _optuna_sweep(run_dir):
-        return _run(cfg, run_dir, new_dirs)
+        return _run(cfg, run_dir, new_dirs, overrides)
     from hydra.core.hydra_config import HydraConfig
 
     direction = str(HydraConfig.get().sweeper.get("direction", "minimize"))
@@ -44,7 +46,7 @@ def _optuna_sweep(run_dir) -> bool:
     return "optuna" in str(HydraConfig.get().sweeper.get("_target_", "")).lower()
 
 
-def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> dict:
+def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), overrides=()) -> dict:
     """Runs the experiment described by `cfg` in `run_dir` (Hydra's output directory).
 
     `new_dirs`: directories that did not exist when the command started; a single run's config
@@ -73,6 +75,8 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset()) -> d
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU found" noise
     conflict = None  # the run directory holds another config's run
     try:
+        config = monte_carlo.resolve(config, lambda: instantiate("hilbert", config.get("hilbert")).n_states,
+                                     HydraConfig.get().overrides.task if from_hydra else overrides, say=True)
         experiment = warm_start.resolve(build(config), config, _sweep_job() if multirun else None)
         try:
             rundir.check_run_dir(run_dir, experiment.settings)

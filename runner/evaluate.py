@@ -9,7 +9,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from runner.config import compose, fingerprint
+from runner.config import compose, fingerprint, monte_carlo
+from runner.config.build import instantiate
 from runner.core.estimate import BURN_IN_SWEEPS, burn_in_sweeps, final_burn_in
 from runner.core.sampler import init_chains
 from runner.core.vmc import full_sum_invariance_error
@@ -37,7 +38,8 @@ def compose_config(run_dir, overrides) -> dict:
 
     The run's own record (.hydra/config.yaml) is the base; a top-level key or group is taken
     from the composition only where the overrides change it (so a conf/ edited since the run
-    does not leak in).
+    does not leak in). A run whose recipe has a Monte Carlo set-up (`runner.config.monte_carlo`) is compared and
+    changed as it ran: each `key=value` also sets the set-up's key.
 
     Raises:
         ConfigError: an override refused or that Hydra cannot compose, or one that changes the Hamiltonian,
@@ -46,10 +48,16 @@ def compose_config(run_dir, overrides) -> dict:
     """
     from omegaconf import OmegaConf
 
-    stored = load.read_config(run_dir)
+    raw = load.read_config(run_dir)
     run_overrides = load.read_overrides(run_dir)
-    base = OmegaConf.to_container(compose.compose(before=run_overrides), resolve=True)
-    new = OmegaConf.to_container(compose.compose(overrides, before=run_overrides), resolve=True)
+    if raw.get(monte_carlo.KEY) is not None:  # the overrides change what the run ran: its set-up's keys too
+        groups = compose.composed(before=run_overrides)[1]
+        overrides = [*overrides, *(f"++{monte_carlo.KEY}.{o}" for o in map(str, overrides)
+                                   if "=" in o and o.partition("=")[0] not in groups and o[0] not in "+~")]
+    effective = lambda c: monte_carlo.resolve(c, lambda: instantiate("hilbert", c["hilbert"]).n_states)  # noqa: E731
+    stored = effective(raw)
+    base = effective(OmegaConf.to_container(compose.compose(before=run_overrides), resolve=True))
+    new = effective(OmegaConf.to_container(compose.compose(overrides, before=run_overrides), resolve=True))
     config = dict(stored)
     for key in new:
         if base.get(key) != new[key]:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from models.fast_paths import check as check_fast_paths
-from runner.config import excited, fingerprint, schedules, signs, task
+from runner.config import excited, fingerprint, monte_carlo, schedules, signs, task
 from runner.core import memory, precond
 from runner.core.full_sum import FullSumSampler, symmetry_group
 from runner.core.problem import Problem
@@ -121,8 +121,7 @@ def instantiate(group: str, node: dict, **runtime):
     unknown = sorted(set(node) - set(allowed))
     if unknown:
         options = ", ".join(k for k in allowed if k not in runtime)
-        # the command line's keys are checked against the composed option (runner.config.compose): this
-        # one comes from a config file, e.g. an experiment written for another option of the group
+        # the command line's keys were checked against the composed option: this one is from a config file
         raise ConfigError(f"{group}.{unknown[0]}", f"is not a key of {group}; its keys are: {options} (a config "
                                                    f"file sets it, e.g. the experiment; ~{group}.{unknown[0]} removes it)")
     collide = [k for k in node if k in runtime]
@@ -351,6 +350,7 @@ def build(config: dict) -> Experiment:
     Raises:
         ConfigError: naming the first bad key.
     """
+    config = monte_carlo.resolve(config, lambda: instantiate("hilbert", config.get("hilbert")).n_states)
     missing = [g for g in GROUPS if not isinstance(config.get(g), dict)]
     if missing:
         raise ConfigError(missing[0], "is missing from the config")

@@ -168,8 +168,9 @@ def _base(loader, lines, heads=None):
     from omegaconf import OmegaConf, open_dict
 
     cfg = hydra_compose(CONFIG_NAME, overrides=lines, return_hydra_config=True)
-    choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()
-               if "/" not in k or k.partition("/")[0] not in ("hydra", "")}  # a nested group's (task/integrator)
+    choices = {k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()  # a nested group's
+               if ("/" not in k or k.partition("/")[0] not in ("hydra", "")) and "@" not in k}  # (task/integrator);
+    # not an option placed in another group's package (model@monte_carlo.model): its keys are that group's
     with open_dict(cfg):
         del cfg["hydra"]
     listed = set(loader.list_groups("")) - {"hydra"} - set(choices)

@@ -7,10 +7,7 @@ import pytest
 
 from runner import cli
 from runner.config.build import build
-from runner.core.full_sum import FullSumSampler
-from runner.core.sampler import MetropolisSampler
 from runner.errors import ConfigError
-from runner.physics import symmetry
 from tests.helpers.config import compose_config
 
 
@@ -103,19 +100,3 @@ def test_a_key_an_experiment_sets_for_another_option_says_how_to_remove_it():
     followed.append("reject_jump=null")
     cli.check_overrides(followed)
     assert build(compose_config(followed)).problem.sampler.n_samples > 0
-
-
-@pytest.mark.parametrize("experiment,small,large", [
-    ("triangular_heisenberg", [], ["hilbert.L=6"]),
-    ("triangular_heisenberg", ["hilbert.L=null", "hilbert.Lx=3", "hilbert.Ly=4"], ["hilbert.L=null", "hilbert.Lx=5",
-                                                                                   "hilbert.Ly=6"]),
-    ("kagome_heisenberg", [], ["hilbert.Lx=4", "hilbert.Ly=4"]),
-])
-def test_a_recipe_sums_where_the_space_fits_and_samples_beyond_it(experiment, small, large):
-    """The lattice recipes run unchanged on any torus: the full sum over orbits up to 2^16 states,
-    exchange-move chains of 1024 samples beyond, the sector auto's (trivial beyond the exact spectrum's reach)."""
-    summed = build(compose_config([f"experiment={experiment}", *small]))
-    assert isinstance(summed.problem.sampler, FullSumSampler) and summed.problem.sampler.symmetry == "lattice"
-    sampled = build(compose_config([f"experiment={experiment}", *large]))
-    assert isinstance(sampled.problem.sampler, MetropolisSampler) and sampled.problem.sampler.n_samples == 1024
-    assert sampled.sector == symmetry.trivial_sector(sampled.hilbert, sampled.hilbert.space_group)
