@@ -12,7 +12,7 @@ from runner.diagnostics import sectors
 from runner.lifecycle import rundir
 from runner.parallel import distributed, mesh
 from runner.physics import spectrum, symmetry
-from runner.physics.exact import wants_sectors
+from runner.physics.exact import wants_exact, wants_sectors
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +23,18 @@ FIELDS = ("exact_sector", "sector", "sector_exact_energy", "sector_relative_erro
 def exact_spectrum(experiment):
     """(`runner.physics.spectrum.Spectrum`, (ground sector or None, ground energy)) where the exact
     spectrum by sector runs (`exact.wants_sectors`) on a lattice with a space group whose symmetry
-    the Hamiltonian has, and the model has a sector or the space holds at most SPECTRUM_MAX_STATES
-    states; else None. With
+    the Hamiltonian has, and the model has a sector, or the space holds at most SPECTRUM_MAX_STATES
+    states, or the whole space's Lanczos does not run (the spectrum then gives the exact energy and
+    the sector of a model without one, e.g. a CNN beyond 2^20 states); else None. With
     `model.sector: auto` it is the spectrum the build resolved the sector from, not a second one
     (`runner.physics.spectrum.spectrum` keeps it for the same Hamiltonian and space). Computed on
     process 0 and sent to the others (a collective where it applies)."""
     hilbert = experiment.hilbert
     if not wants_sectors(experiment.settings.exact, hilbert) or hilbert.space_group is None:
         return None
-    if experiment.sector is None and hilbert.n_states > SPECTRUM_MAX_STATES:
-        return None
+    if experiment.sector is None and hilbert.n_states > SPECTRUM_MAX_STATES and wants_exact(experiment.settings.exact,
+                                                                                           hilbert):
+        return None  # the whole space's Lanczos gives the exact energy; the sectors would only add their cost
     if distributed.process_count() > 1:
         return distributed.broadcast_object(_spectrum(experiment) if distributed.is_main() else None)
     return _spectrum(experiment)

@@ -83,3 +83,15 @@ def test_broadcast_object_on_one_process_is_the_object():
 
     value = {"levels": [1.5, -2.0], "name": "k=(0,0)"}
     assert distributed.broadcast_object(value) == value
+
+
+def test_a_model_without_a_sector_gets_the_spectrum_where_the_whole_space_lanczos_does_not_run(monkeypatch):
+    """Past SPECTRUM_MAX_STATES a model without a sector (a CNN) gets the spectrum by sector only where it is the
+    run's one exact energy: past the whole space's Lanczos limit (the Monte Carlo set-up on 24-site tori)."""
+    monkeypatch.setattr(sector_check, "SPECTRUM_MAX_STATES", 100)  # kagome 2 x 2 at Sz = 0: 924 states
+    experiment = build(_config([*KAGOME_AUTO, "model.sector=null"]))
+    assert experiment.sector is None and sector_check.exact_spectrum(experiment) is None
+    monkeypatch.setattr(exact, "AUTO_MAX_STATES", 100)
+    result, (ground, energy) = sector_check.exact_spectrum(experiment)
+    assert abs(energy - exact.ground_energy(experiment.hamiltonian, experiment.hilbert)) < 1e-10
+    assert ground in result.levels and min(result.levels[ground]) == energy
