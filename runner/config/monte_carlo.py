@@ -38,9 +38,9 @@ def resolve(config: dict, n_states, overrides=(), *, say: bool = False) -> dict:
     block = dict(block)
     above = block.pop(ABOVE, None)
     above = FULL_SUM_MAX_STATES if above is None else require_int(f"{KEY}.{ABOVE}", above, minimum=0)
-    if "hilbert" in block or KEY in block:
-        raise ConfigError(f"{KEY}.{'hilbert' if 'hilbert' in block else KEY}", "cannot be set by the set-up: "
-                                                                               "the Hilbert space decides whether it applies")
+    fixed = next((k for k in ("hilbert", KEY) if k in block), None)
+    if fixed is not None:
+        raise ConfigError(f"{KEY}.{fixed}", "cannot be set by the set-up: the Hilbert space decides whether it applies")
     states = n_states()
     if states <= above:
         return out
