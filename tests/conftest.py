@@ -33,8 +33,20 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_enable_compilation_cache", False)
 
 from tests.helpers.cli import REPO  # noqa: E402
+from tests.helpers.slurm import one_user  # noqa: E402
 
 
 @pytest.fixture
 def repo():
     return REPO
+
+
+@pytest.fixture(autouse=True)
+def one_slurm_test_at_a_time(request):
+    """A test marked `slurm` has the local SLURM to itself (`tests.helpers.slurm.one_user`), taken before its own
+    fixtures start their clocks (tests/integration/test_slurm.py's time limits)."""
+    if request.node.get_closest_marker("slurm") is None:
+        yield
+        return
+    with one_user():
+        yield

@@ -1,9 +1,14 @@
-"""Whether the local SLURM (`make slurm-up`) answers: the reason its tests are skipped, or None."""
+"""Whether the local SLURM (`make slurm-up`) answers: the reason its tests are skipped, or None; and one test at a
+time on it."""
 
+import contextlib
+import fcntl
 import functools
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 
 @functools.cache
@@ -21,3 +26,17 @@ def slurm_unavailable() -> str | None:
     if not any(line.split()[1].rstrip("*~#") in ("idle", "mixed", "allocated") for line in out.stdout.splitlines()):
         return f"no SLURM node is up: {out.stdout.strip()!r}"
     return None
+
+
+@contextlib.contextmanager
+def one_user():
+    """Holds the local SLURM for the caller alone among the test processes of this machine (an exclusive lock
+    on a file beside the temporary directory): under `pytest -n 2` two modules' jobs would share its two nodes,
+    and one's jobs wait behind the other's past their time limits."""
+    path = Path(tempfile.gettempdir()) / "vmc-runner-slurm-tests.lock"
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
