@@ -87,7 +87,7 @@ def composed(overrides) -> dict:
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=True)
-    return monte_carlo.resolve(cfg, lambda: instantiate("hilbert", cfg["hilbert"]).n_states, overrides)
+    return monte_carlo.resolve(cfg, instantiate, overrides)
 
 
 def our_operator(overrides):

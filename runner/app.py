@@ -75,8 +75,8 @@ def _run(cfg: DictConfig, run_dir: str | None = None, new_dirs=frozenset(), over
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU found" noise
     conflict = None  # the run directory holds another config's run
     try:
-        config = monte_carlo.resolve(config, lambda: instantiate("hilbert", config.get("hilbert")).n_states,
-                                     HydraConfig.get().overrides.task if from_hydra else overrides, say=True)
+        config = monte_carlo.resolve(config, instantiate, HydraConfig.get().overrides.task if from_hydra else overrides,
+                                     say=True)
         experiment = warm_start.resolve(build(config), config, _sweep_job() if multirun else None)
         try:
             rundir.check_run_dir(run_dir, experiment.settings)

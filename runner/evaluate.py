@@ -54,10 +54,10 @@ def compose_config(run_dir, overrides) -> dict:
         groups = compose.composed(before=run_overrides)[1]
         overrides = [*overrides, *(f"++{monte_carlo.KEY}.{o}" for o in map(str, overrides)
                                    if "=" in o and o.partition("=")[0] not in groups and o[0] not in "+~")]
-    effective = lambda c: monte_carlo.resolve(c, lambda: instantiate("hilbert", c["hilbert"]).n_states)  # noqa: E731
-    stored = effective(raw)
-    base = effective(OmegaConf.to_container(compose.compose(before=run_overrides), resolve=True))
-    new = effective(OmegaConf.to_container(compose.compose(overrides, before=run_overrides), resolve=True))
+    stored = monte_carlo.resolve(raw, instantiate)
+    base = OmegaConf.to_container(compose.compose(before=run_overrides), resolve=True)
+    new = OmegaConf.to_container(compose.compose(overrides, before=run_overrides), resolve=True)
+    base, new = monte_carlo.resolve(base, instantiate), monte_carlo.resolve(new, instantiate)
     config = dict(stored)
     for key in new:
         if base.get(key) != new[key]:

@@ -350,7 +350,7 @@ def build(config: dict) -> Experiment:
     Raises:
         ConfigError: naming the first bad key.
     """
-    config = monte_carlo.resolve(config, lambda: instantiate("hilbert", config.get("hilbert")).n_states)
+    config = monte_carlo.resolve(config, instantiate)
     missing = [g for g in GROUPS if not isinstance(config.get(g), dict)]
     if missing:
         raise ConfigError(missing[0], "is missing from the config")

@@ -12,15 +12,15 @@ KEY = "monte_carlo"
 ABOVE = "above"  # the set-up's own key: the number of states beyond which it applies
 
 
-def resolve(config: dict, n_states, overrides=(), *, say: bool = False) -> dict:
+def resolve(config: dict, instantiate, overrides=(), *, say: bool = False) -> dict:
     """`config` without its `monte_carlo` node, whose keys replace the config's where the Hilbert space has
     more than `monte_carlo.above` states (null: the full sum's reach, 2^16): a node naming another
     `_target_` replaces the config's whole, other nodes are merged key by key.
 
     Args:
         config: the resolved config.
-        n_states: a callable giving the number of basis states of `config["hilbert"]` (called only when
-            there is a set-up).
+        instantiate: `runner.config.build.instantiate` (passed in: build calls this module), which builds
+            `config["hilbert"]` to count its states, only when there is a set-up.
         overrides: the command line's overrides (`key=value`, `group=option`); one whose value the set-up
             changes is refused rather than dropped.
         say: log one line naming what the set-up sets (the run's; other callers stay quiet).
@@ -41,7 +41,7 @@ def resolve(config: dict, n_states, overrides=(), *, say: bool = False) -> dict:
     fixed = next((k for k in ("hilbert", KEY) if k in block), None)
     if fixed is not None:
         raise ConfigError(f"{KEY}.{fixed}", "cannot be set by the set-up: the Hilbert space decides whether it applies")
-    states = n_states()
+    states = instantiate("hilbert", config.get("hilbert")).n_states
     if states <= above:
         return out
     paths = replaced(out, block)

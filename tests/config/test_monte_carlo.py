@@ -3,6 +3,7 @@ their own set-up where the full sum fits and the CNN set-up beyond it, one comma
 key the set-up would change is refused in one sentence, never dropped."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def resolved(overrides):
     config = compose_config(overrides)
-    return monte_carlo.resolve(config, lambda: instantiate("hilbert", config["hilbert"]).n_states, overrides)
+    return monte_carlo.resolve(config, instantiate, overrides)
 
 
 def test_merge_replaces_a_node_of_another_target_whole_and_merges_the_rest():
@@ -100,7 +101,7 @@ def test_heisenberg_cnn_is_the_set_up_at_every_size():
                                        ("cnn", "monte_carlo")])
 def test_a_bad_set_up_is_refused(block, key):
     with pytest.raises(ConfigError, match=rf"^{key} "):
-        monte_carlo.resolve({"monte_carlo": block, "n_iter": 1}, lambda: 10)
+        monte_carlo.resolve({"monte_carlo": block, "n_iter": 1}, lambda group, node: SimpleNamespace(n_states=10))
 
 
 def test_the_cli_refuses_a_replaced_key_in_one_sentence(tmp_path):

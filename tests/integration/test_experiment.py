@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from runner.config import monte_carlo
-from runner.config.build import build
+from runner.config.build import build, instantiate
 from runner.physics import hamiltonians, pauli
 from tests.helpers.cli import REPO, run_cli
 
@@ -40,7 +40,7 @@ def test_every_experiment_composes_and_builds(name, debug):
     # `previous` is resolved in a sweep; a quench from a trained state names the run it evolves
     needs_run = (config.get("task") or {}).get("initial_state") == "init_from"
     experiment = build({**config, "init_from": "outputs/RUN" if needs_run else None})
-    ran = monte_carlo.resolve(config, lambda: experiment.hilbert.n_states)  # with its Monte Carlo set-up, if any
+    ran = monte_carlo.resolve(config, instantiate)  # with its Monte Carlo set-up, if any
     assert experiment.settings.n_iter == (5 if debug else ran["n_iter"])
     if debug:
         assert config["exact"] is False and config["sampler"]["n_samples"] == 128 and config["final_rounds"] == 1
